@@ -1,0 +1,243 @@
+"""The value every tier passes around: one fused-MoE call, described as plain data.
+
+A case holds no tensors. It is hashable, prints as a short reproducer and can be
+rebuilt from its JSON form, so a failing example in CI can be pasted back into a
+test (``MoECase.from_json``) or into ``python -m moegate repro``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+ENTRYPOINTS: tuple[str, ...] = ("legacy", "modular")
+"""``legacy``: ``fused_experts`` / ``fused_experts_impl``; ``modular``: ``TritonExperts.apply``."""
+
+DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
+
+
+class Path(str, Enum):
+    """How the Triton fused-MoE kernel's blocks are assigned for one call."""
+
+    NAIVE = "naive"  # one block per (token, expert) pair, sorted_token_ids=None
+    SORTED = "sorted"  # moe_align_block_size groups each expert's tokens
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where each of the two expert weight tensors lives."""
+
+    w13_host: bool = False
+    w2_host: bool = False
+
+    @property
+    def host_resident(self) -> bool:
+        """True when either weight is read from host memory (UVA)."""
+        return self.w13_host or self.w2_host
+
+    @property
+    def label(self) -> str:
+        return {
+            (False, False): "device",
+            (True, False): "w13-host",
+            (False, True): "w2-host",
+            (True, True): "both-host",
+        }[(self.w13_host, self.w2_host)]
+
+    @classmethod
+    def from_label(cls, label: str) -> Placement:
+        for p in ALL_PLACEMENTS:
+            if p.label == label:
+                return p
+        raise ValueError(f"unknown placement {label!r}; expected one of {[p.label for p in ALL_PLACEMENTS]}")
+
+
+ALL_PLACEMENTS: tuple[Placement, ...] = (
+    Placement(False, False),
+    Placement(True, False),
+    Placement(False, True),
+    Placement(True, True),
+)
+
+
+@dataclass(frozen=True)
+class ExpertMap:
+    """Expert parallelism: this rank owns a contiguous slice of the global experts."""
+
+    ep_size: int
+    ep_rank: int
+
+    def local_range(self, num_experts: int) -> tuple[int, int]:
+        """[start, end) of global expert ids owned by this rank (remainder to the first ranks)."""
+        base, extra = divmod(num_experts, self.ep_size)
+        start = self.ep_rank * base + min(self.ep_rank, extra)
+        return start, start + base + (1 if self.ep_rank < extra else 0)
+
+    def local_count(self, num_experts: int) -> int:
+        start, end = self.local_range(num_experts)
+        return end - start
+
+    def as_list(self, num_experts: int) -> list[int]:
+        """Global id -> local id, -1 for experts owned by another rank (vLLM's layout)."""
+        start, end = self.local_range(num_experts)
+        return [i - start if start <= i < end else -1 for i in range(num_experts)]
+
+
+@dataclass(frozen=True)
+class Quant:
+    """Weight-only quantization of the wNa16 Triton kernels (int8_w8a16, int4_w4a16)."""
+
+    scheme: str  # "int8_w8a16" | "int4_w4a16"
+    group_size: int  # 0 = per-channel (block_shape[1] == 0); > 0 = grouped
+
+    @property
+    def block_shape(self) -> list[int]:
+        return [0, self.group_size]
+
+
+class RoutingKind(str, Enum):
+    UNIFORM = "uniform"  # each token: top_k distinct experts, uniformly at random
+    SKEWED = "skewed"  # each token's experts from a small shared pool
+    ALL_SAME = "all_same"  # every token picks the same top_k experts
+    NATURAL = "natural"  # a hot set shared by most tokens plus a random tail
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Router output, drawn as a recipe so a case stays small and shrinks well."""
+
+    kind: RoutingKind = RoutingKind.UNIFORM
+    seed: int = 0
+    pool: int = 0  # SKEWED/NATURAL: size of the shared pool (clamped to [top_k, experts])
+
+    def topk_ids(self, num_tokens: int, top_k: int, num_experts: int) -> list[list[int]]:
+        """Distinct expert ids per token, deterministic in the recipe."""
+        rng = random.Random(self.seed)
+        pool = max(top_k, min(self.pool or top_k, num_experts))
+        if self.kind is RoutingKind.ALL_SAME:
+            row = rng.sample(range(num_experts), top_k)
+            return [list(row) for _ in range(num_tokens)]
+        if self.kind is RoutingKind.SKEWED:
+            shared = rng.sample(range(num_experts), pool)
+            return [rng.sample(shared, top_k) for _ in range(num_tokens)]
+        if self.kind is RoutingKind.NATURAL:
+            hot = rng.sample(range(num_experts), pool)
+            rows = []
+            for _ in range(num_tokens):
+                n_hot = min(top_k, rng.randint(top_k // 2, top_k))
+                row = rng.sample(hot, n_hot)
+                rest = [e for e in rng.sample(range(num_experts), min(num_experts, top_k * 2)) if e not in row]
+                rows.append((row + rest)[:top_k])
+            return rows
+        return [rng.sample(range(num_experts), top_k) for _ in range(num_tokens)]
+
+    def topk_weights(self, num_tokens: int, top_k: int) -> list[list[float]]:
+        """Positive router weights summing to one per token (softmax-renormalised top-k)."""
+        rng = random.Random(self.seed ^ 0x5EED)
+        rows = []
+        for _ in range(num_tokens):
+            raw = [rng.random() + 0.05 for _ in range(top_k)]
+            s = sum(raw)
+            rows.append([r / s for r in raw])
+        return rows
+
+
+@dataclass(frozen=True)
+class MoECase:
+    """One fused-MoE call: shapes, routing, weight placement and kernel options."""
+
+    num_tokens: int
+    top_k: int
+    num_experts: int  # global expert count
+    hidden: int = 128  # K
+    intermediate: int = 128  # N: w13 is [E, 2N, K], w2 is [E, K, N]
+    dtype: str = "bfloat16"
+    placement: Placement = Placement()
+    routing: Routing = Routing()
+    expert_map: ExpertMap | None = None
+    quant: Quant | None = None
+    apply_router_weight_on_input: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.num_tokens < 1:
+            problems.append(f"num_tokens={self.num_tokens} < 1")
+        if not 1 <= self.top_k <= self.num_experts:
+            problems.append(f"top_k={self.top_k} not in [1, num_experts={self.num_experts}]")
+        if self.dtype not in DTYPES:
+            problems.append(f"dtype={self.dtype!r} not in {DTYPES}")
+        if self.expert_map is not None and not 0 <= self.expert_map.ep_rank < self.expert_map.ep_size:
+            problems.append(f"ep_rank={self.expert_map.ep_rank} not in [0, ep_size={self.expert_map.ep_size})")
+        if self.apply_router_weight_on_input and self.top_k != 1:
+            problems.append("apply_router_weight_on_input needs top_k == 1")
+        if problems:
+            raise ValueError("invalid MoECase: " + "; ".join(problems))
+
+    # --- derived facts -------------------------------------------------------
+
+    @property
+    def pairs(self) -> int:
+        """(token, expert) pairs: the naive path launches one block per pair."""
+        return self.num_tokens * self.top_k
+
+    @property
+    def local_experts(self) -> int:
+        """Experts whose weights this rank holds: ``w1.shape[0]``."""
+        if self.expert_map is None:
+            return self.num_experts
+        return self.expert_map.local_count(self.num_experts)
+
+    def topk_ids(self) -> list[list[int]]:
+        return self.routing.topk_ids(self.num_tokens, self.top_k, self.num_experts)
+
+    def topk_weights(self) -> list[list[float]]:
+        return self.routing.topk_weights(self.num_tokens, self.top_k)
+
+    # --- reproducers ---------------------------------------------------------
+
+    def short(self) -> str:
+        """One line naming what decides the path; used in failure messages and tables."""
+        bits = [
+            f"placement={self.placement.label}",
+            f"tokens={self.num_tokens}",
+            f"top_k={self.top_k}",
+            f"experts={self.num_experts}",
+        ]
+        if self.expert_map is not None:
+            bits.append(f"ep={self.expert_map.ep_rank}/{self.expert_map.ep_size}")
+        if self.quant is not None:
+            bits.append(f"quant={self.quant.scheme}/g{self.quant.group_size}")
+        return " ".join(bits)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["routing"]["kind"] = self.routing.kind.value
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MoECase:
+        d = dict(d)
+        d["placement"] = Placement(**d.get("placement", {}))
+        r = dict(d.get("routing", {}))
+        if "kind" in r:
+            r["kind"] = RoutingKind(r["kind"])
+        d["routing"] = Routing(**r)
+        if d.get("expert_map") is not None:
+            d["expert_map"] = ExpertMap(**d["expert_map"])
+        if d.get("quant") is not None:
+            d["quant"] = Quant(**d["quant"])
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> MoECase:
+        return cls.from_dict(json.loads(text))

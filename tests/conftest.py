@@ -1,0 +1,60 @@
+"""Shared fixtures, options and the report header for every tier."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from moegate import profiles
+
+PROFILE = profiles.load()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--bless",
+        action="store_true",
+        default=False,
+        help="rewrite golden files from this run instead of comparing (review the diff before committing)",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    from moegate.vllm_target import describe_environment
+
+    env = describe_environment()
+    env["hypothesis_profile"] = PROFILE
+    return ["moegate environment: " + ", ".join(f"{k}={v}" for k, v in env.items())]
+
+
+@pytest.fixture(scope="session")
+def bless(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--bless"))
+
+
+@pytest.fixture(scope="session")
+def target() -> Iterator[object]:
+    """The installed vLLM, instrumented. Skips (or, under MOEGATE_REQUIRE_VLLM=1, fails) without one."""
+    from moegate.vllm_target import TargetError, VllmTarget
+
+    try:
+        t = VllmTarget()
+    except TargetError as exc:
+        if os.environ.get("MOEGATE_REQUIRE_VLLM") == "1":
+            pytest.fail(f"MOEGATE_REQUIRE_VLLM=1 but {exc}", pytrace=False)
+        pytest.skip(str(exc))
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+@pytest.fixture(scope="session")
+def cuda_target(target: object) -> object:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: kernel outputs and UVA host-resident weights cannot be produced on a CPU")
+    return target

@@ -1,0 +1,80 @@
+"""The dispatch rule, property by property, at both entrypoints against the installed vLLM.
+
+Each property draws only the cases its clause covers, so a failure names the
+clause: a base without the host-residency rule fails the two host properties and
+nothing else. Boundary cases (tokens*top_k*4 == experts and one past it) are
+pinned with ``@example`` and aimed at with ``hypothesis.target``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, Placement
+from moegate.check import assert_path
+from strategies import aim_at_boundary, moe_cases
+from strategies.moe import pin_boundaries
+
+pytestmark = pytest.mark.dispatch
+
+HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])
+DEVICE = Placement(False, False)
+
+entrypoints = pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
+
+
+@entrypoints
+@pin_boundaries()
+@given(case=moe_cases(expert_map=None, quant=None))
+def test_path_matches_spec(target, entrypoint, case):
+    """Every case: the observed path is the spec's, whatever decides it."""
+    aim_at_boundary(case)
+    assert_path(target, case, entrypoint)
+
+
+@entrypoints
+@pin_boundaries(lambda c: c.placement.host_resident)
+@given(case=moe_cases(placement=HOST))
+def test_host_resident_weights_take_sorted_path(target, entrypoint, case):
+    """w13 on the host, w2 on the host, or both: always sorted."""
+    aim_at_boundary(case)
+    assert assert_path(target, case, entrypoint) == "sorted"
+
+
+@entrypoints
+@pin_boundaries(lambda c: not c.placement.host_resident and c.pairs * 4 <= c.num_experts)
+@given(case=moe_cases(placement=DEVICE, region="naive"))
+def test_device_weights_in_naive_region_take_naive_path(target, entrypoint, case):
+    """The small-batch optimisation survives for device-resident weights."""
+    aim_at_boundary(case)
+    assert assert_path(target, case, entrypoint) == "naive"
+
+
+@entrypoints
+@pin_boundaries(lambda c: c.pairs * 4 > c.num_experts)
+@given(case=moe_cases(region="outside"))
+def test_outside_naive_region_takes_sorted_path(target, entrypoint, case):
+    aim_at_boundary(case)
+    assert assert_path(target, case, entrypoint) == "sorted"
+
+
+@entrypoints
+@given(case=moe_cases(expert_map=True))
+def test_expert_map_takes_sorted_path(target, entrypoint, case):
+    """Expert parallelism always aligns, on any placement."""
+    assert assert_path(target, case, entrypoint) == "sorted"
+
+
+@entrypoints
+@given(case=moe_cases(quant=True, group=True))
+def test_wna16_with_group_size_takes_sorted_path(target, entrypoint, case):
+    assert assert_path(target, case, entrypoint) == "sorted"
+
+
+@entrypoints
+@given(case=moe_cases(quant=True, group=False, expert_map=None))
+def test_wna16_per_channel_follows_spec(target, entrypoint, case):
+    """Per-channel wNa16: the legacy entrypoint may go naive, the modular wNa16 experts always align."""
+    assert_path(target, case, entrypoint)

@@ -1,0 +1,27 @@
+"""The dispatch-table golden: the installed vLLM's path for every canonical grid case."""
+
+from __future__ import annotations
+
+import pytest
+
+from moegate import dispatch_table, golden
+from moegate.vllm_target import describe_environment
+
+pytestmark = pytest.mark.dispatch
+
+GOLDEN = "dispatch-table.tsv"
+
+
+def test_dispatch_table_matches_golden(target, bless):
+    text = dispatch_table.render(lambda case, ep: target.run(case, ep).path)
+    env = describe_environment()
+    header = golden.provenance_header(
+        {
+            "what": "path taken by each fused-MoE entrypoint over moegate.dispatch_table.grid()",
+            "produced by": "nox -s bless -- dispatch-table.tsv",
+            "vllm": env["vllm"],
+            "torch": env["torch"],
+            "device": env.get("gpu", "cpu (calls stopped at the first kernel launch)"),
+        }
+    )
+    golden.check(GOLDEN, header + text, bless=bless)
