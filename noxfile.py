@@ -166,3 +166,50 @@ def bench(session: nox.Session) -> None:
     py = _vllm_python(session, PR_VLLM, opts.get("vllm-python"))
     args = [f"--cases={opts['cases']}"] if "cases" in opts else []
     session.run(py, "bench/bench_dispatch.py", *args, env={"PYTHONPATH": str(ROOT)}, external=True)
+
+
+# --- power (issue 4): mutation testing of vLLM's dispatch code --------------------------
+# cosmic-ray plants bugs in a throw-away overlay of the installed vLLM's dispatch code and
+# the dispatch tier runs against each mutant; moegate/power.py is the harness. The tool
+# lives in its own small environment: it drives the vLLM environment's Python as a test
+# command and never installs into (or writes) the shared vLLM environment.
+
+POWER_TOOL = "cosmic-ray>=8.7,<9"
+POWER_OPTIONS = KNOWN_OPTIONS + ("--timeout=", "--limit=", "--budget=")
+
+
+def _power_python(session: nox.Session) -> str:
+    """The Python of `.nox/_power`: cosmic-ray plus pytest/hypothesis for the harness's own tests."""
+    env_dir = ROOT / ".nox" / "_power"
+    py = env_dir / "bin" / "python"
+    stamp = env_dir / "moegate-stamp"
+    want = hashlib.sha256(repr((POWER_TOOL, PROJECT_DEPS)).encode()).hexdigest()
+    if not (py.exists() and stamp.exists() and stamp.read_text() == want):
+        session.log(f"building the power tool environment in {env_dir}")
+        shutil.rmtree(env_dir, ignore_errors=True)
+        session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
+        session.run(str(py), "-m", "pip", "install", "-q", POWER_TOOL, *PROJECT_DEPS, external=True)
+        stamp.write_text(want)
+    return str(py)
+
+
+@nox.session(python=False)
+def power(session: nox.Session) -> None:
+    """Gate power: mutation score of the dispatch tier against vLLM's dispatch code (default vLLM 0.33.0).
+
+    First the harness's own guarantees (region finder, overlay, installed files intact
+    after SIGINT/SIGKILL), then every mutant. Writes reports/power.md (also appended to
+    $GITHUB_STEP_SUMMARY) and reports/power.json; fails on any surviving mutant that
+    power/equivalent-mutants.toml does not mark equivalent. Options: --vllm=VER,
+    --vllm-python=PATH, --timeout=S (per mutant), --limit=N (smoke run), --budget=S.
+    """
+    opts = _options(session, POWER_OPTIONS)
+    vllm_py = _vllm_python(session, opts.get("vllm", PR_VLLM), opts.get("vllm-python"))
+    tool_py = _power_python(session)
+    env = {"PYTHONPATH": str(ROOT)}
+    # --noconftest: the tool env has no torch, and these tests need none of the shared fixtures
+    session.run(tool_py, "-m", "pytest", "--noconftest", "-q", "tests/unit/test_power.py", env=env, external=True)
+    args = [f"--vllm-python={vllm_py}", f"--out={ROOT / 'reports'}"]
+    args += [f"--{k}={opts[k]}" for k in ("timeout", "limit", "budget") if k in opts]
+    command = "nox -s power" + (" -- " + " ".join(session.posargs) if session.posargs else "")
+    session.run(tool_py, "-m", "moegate.power", *args, env={**env, "MOEGATE_POWER_COMMAND": command}, external=True)
