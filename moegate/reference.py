@@ -1,0 +1,179 @@
+"""A torch reference for the fused-MoE layer, and the tolerance the kernel tier compares with.
+
+Written from the layer's definition, not from vLLM's code: for each token and
+each of its routed experts ``e`` with router weight ``w``,
+
+    y_e = (silu(x @ w1[e, :N].T) * (x @ w1[e, N:].T)) @ w2[e].T
+    out = sum over routed experts of w * y_e
+
+(with ``apply_router_weight_on_input``, ``x`` is scaled by ``w`` before the first
+product and ``y_e`` is not scaled after). Everything is computed in float32 from
+the same rounded inputs the kernel gets. With an expert map, global ids map to
+local ones and experts owned by another rank (``-1``) contribute zero.
+
+No vLLM import here: the unit tier runs this on a CPU with torch alone.
+
+Tolerance rule (``tolerance``)
+------------------------------
+The kernel differs from this reference only by roundings to the compute dtype
+on the way: (1) the first product's output, (2) the activation's output, (3) each
+expert's weighted output and (4) the sum over the top-k experts. Its products
+accumulate in float32, so the inputs contribute nothing. Each rounding is at most
+``u`` (the unit roundoff of the compute precision) relative to the value it
+rounds. Rounding (3) and (4) act on values bounded elementwise by
+``A = sum_e |w * y_e|`` (the absolute contributions, which the reference returns
+as ``magnitude``); (1) and (2) reach the output through the second product, which
+mixes every intermediate element into every output element, so their effect is
+bounded in size by the output's typical magnitude, taken as ``rms(A)``. Hence
+
+    |out - ref| <= C * u * (A + rms(A)),   C = 4 (one per rounding above)
+
+elementwise, with ``u`` = 2**-8 for bfloat16, 2**-11 for float16 and 2**-11 for
+float32 (Triton's ``tl.dot`` takes float32 operands as TF32, 10 explicit bits).
+A dropped or misrouted expert changes the output by about ``|w * y_e|`` ~ ``A/top_k``,
+an order of magnitude above this bound for bfloat16, so the rule still fails on
+real bugs. Dequantized wNa16 weights are rounded to the compute dtype once per
+element before the product; that is a further ``u`` on the first/second product's
+inputs and is covered by the same four-term budget (measured below it in the
+kernel tier); no other allowance is made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from moegate.case import Quant
+
+ROUNDINGS = 4
+"""C in the tolerance rule: roundings to the compute dtype between input and output."""
+
+UNIT_ROUNDOFF: dict[torch.dtype, float] = {
+    torch.bfloat16: 2.0**-8,
+    torch.float16: 2.0**-11,
+    torch.float32: 2.0**-11,  # TF32 operands in tl.dot
+}
+
+ZERO_POINT = {"int4_w4a16": 8, "int8_w8a16": 128}
+"""Implicit zero point of grouped wNa16 weights stored unsigned (no explicit zero points)."""
+
+
+@dataclass
+class Reference:
+    """The reference output and the elementwise magnitude the tolerance scales with."""
+
+    output: torch.Tensor  # [M, K] float32
+    magnitude: torch.Tensor  # [M, K] float32: sum over routed experts of |w * y_e|
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """Two 4-bit values per byte along the last dim, the even index in the low nibble."""
+    p = packed.to(torch.int32)
+    low, high = p & 0xF, (p >> 4) & 0xF
+    return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+
+
+def dequantize(w: torch.Tensor, scale: torch.Tensor, quant: Quant) -> torch.Tensor:
+    """Float32 weights from wNa16 storage.
+
+    Per-channel (group size 0, int8 only): signed int8 times one scale per output row.
+    Grouped: (unsigned stored value - implicit zero point) times one scale per
+    (output row, group of ``group_size`` input columns).
+    """
+    if quant.scheme == "int4_w4a16":
+        q = unpack_int4(w)
+    elif quant.scheme == "int8_w8a16":
+        q = w.to(torch.int32)
+    else:
+        raise ValueError(f"unknown quantization scheme {quant.scheme!r}")
+    if quant.group_size == 0:
+        if quant.scheme != "int8_w8a16":
+            raise ValueError("per-channel (group size 0) storage is defined for int8_w8a16 only")
+        return q.float() * scale.float().reshape(*scale.shape[:2], 1)
+    q = q - ZERO_POINT[quant.scheme]
+    s = scale.float().repeat_interleave(quant.group_size, dim=-1)
+    return q.float() * s
+
+
+def reference_moe(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    *,
+    expert_map: torch.Tensor | None = None,
+    apply_router_weight_on_input: bool = False,
+    quant: Quant | None = None,
+    w1_scale: torch.Tensor | None = None,
+    w2_scale: torch.Tensor | None = None,
+) -> Reference:
+    """The fused-MoE output in float32, looping over the routed local experts.
+
+    One loop step per routed expert (not per pair), so a 128-expert, hidden-2048
+    layer costs a few small matmuls on whatever device the inputs are on.
+    """
+    x = hidden_states.float()
+    m, k = x.shape
+    ids = topk_ids.long()
+    if expert_map is not None:
+        ids = expert_map.long()[ids]
+    weights = topk_weights.float()
+    out = torch.zeros((m, k), dtype=torch.float32, device=x.device)
+    mag = torch.zeros_like(out)
+    for e in torch.unique(ids[ids >= 0]).tolist():
+        tok, slot = (ids == e).nonzero(as_tuple=True)
+        if quant is None:
+            w1e, w2e = w1[e].float(), w2[e].float()
+        else:
+            assert w1_scale is not None and w2_scale is not None, "quantized weights need their scales"
+            w1e, w2e = dequantize(w1[e : e + 1], w1_scale[e : e + 1], quant)[0], dequantize(
+                w2[e : e + 1], w2_scale[e : e + 1], quant
+            )[0]
+        n = w1e.shape[0] // 2
+        route = weights[tok, slot].unsqueeze(1)
+        xin = x[tok] * route if apply_router_weight_on_input else x[tok]
+        h = xin @ w1e.T
+        y = (F.silu(h[:, :n]) * h[:, n:]) @ w2e.T
+        if not apply_router_weight_on_input:
+            y = y * route
+        out.index_add_(0, tok, y)
+        mag.index_add_(0, tok, y.abs())
+    return Reference(out, mag)
+
+
+def tolerance(ref: Reference, dtype: torch.dtype) -> torch.Tensor:
+    """Elementwise bound ``C * u * (A + rms(A))`` from the module docstring."""
+    u = UNIT_ROUNDOFF[dtype]
+    a = ref.magnitude
+    rms = a.pow(2).mean().sqrt() if a.numel() else a.new_zeros(())
+    return ROUNDINGS * u * (a + rms)
+
+
+@dataclass
+class Closeness:
+    """How far a kernel output is from the reference, in units of the tolerance."""
+
+    max_abs_err: float
+    worst_ratio: float  # max over elements of |out - ref| / tol; <= 1 passes
+    rel_max_err: float  # max |out - ref| / max |ref|, for reports
+    ok: bool
+
+    def __str__(self) -> str:
+        return (
+            f"max |out-ref|={self.max_abs_err:.3g}, worst err/tol={self.worst_ratio:.3g}, "
+            f"rel max err={self.rel_max_err:.3%}"
+        )
+
+
+def compare(output: torch.Tensor, ref: Reference, dtype: torch.dtype) -> Closeness:
+    """Compare a kernel output with the reference under the tolerance rule."""
+    err = (output.float() - ref.output).abs()
+    tol = tolerance(ref, dtype)
+    ratio = (err / tol.clamp_min(torch.finfo(torch.float32).tiny)).max().item() if err.numel() else 0.0
+    finite = bool(torch.isfinite(output.float()).all())
+    peak = ref.output.abs().max().item() if err.numel() else 0.0
+    max_err = err.max().item() if err.numel() else 0.0
+    return Closeness(max_err, ratio, max_err / peak if peak else max_err, finite and ratio <= 1.0)

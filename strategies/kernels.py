@@ -1,0 +1,67 @@
+"""Cases the GPU kernel tier can run, drawn from the same ``moe_cases`` as the dispatch tier.
+
+``moe_cases(kernel_shapes=True)`` already limits (experts, hidden, intermediate)
+to ``KERNEL_SHAPES`` (multiples of 128: every BLOCK_SIZE_K vLLM's configs pick
+divides them, and every wNa16 group size 32/64/128 divides them). On top of that
+this module excludes what vLLM's kernels do not support, each with its constraint:
+
+- int4_w4a16 per-channel (group size 0): the legacy entrypoint sends ungrouped
+  wNa16 weights to the plain Triton kernel, which has an int8_w8a16 branch only;
+  int4 is served by the grouped (GPTQ/AWQ) kernels. Mapped to group size 128.
+- wNa16 at the modular entrypoint needs a group size: ``TritonWNA16Experts``
+  launches the grouped kernel, which asserts ``block_shape`` is given. Mapped to
+  group size 128.
+- the Qwen3-30B-A3B shape (128 experts, hidden 2048) in bfloat16 only: a float32
+  copy would pin 2.4 GB of host memory for no dispatch-relevant difference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from moegate.case import MoECase, Placement, Quant
+from strategies.moe import moe_cases
+
+MAX_KERNEL_TOKENS = 16
+"""Decode-sized batches and just past the naive threshold; Triton compiles per token bucket."""
+
+BIG_SHAPE = (128, 2048, 768)
+
+
+def _supported(case: MoECase, entrypoint: str) -> MoECase:
+    q = case.quant
+    if q is not None and q.group_size == 0 and (q.scheme == "int4_w4a16" or entrypoint == "modular"):
+        return MoECase.from_dict({**case.to_dict(), "quant": {"scheme": q.scheme, "group_size": 128}})
+    return case
+
+
+def _fits(case: MoECase) -> bool:
+    big = (case.num_experts, case.hidden, case.intermediate) == BIG_SHAPE
+    return not big or case.dtype == "bfloat16"
+
+
+def kernel_cases(
+    entrypoint: str,
+    *,
+    placement: Placement | st.SearchStrategy[Placement] | None = None,
+    region: str | None = None,
+    expert_map: bool | None = None,
+    quant: bool | None = False,
+    **kwargs: Any,
+) -> st.SearchStrategy[MoECase]:
+    """``moe_cases`` restricted to what vLLM's GPU kernels run (see module docstring)."""
+    base = moe_cases(
+        placement=placement,
+        region=region,
+        expert_map=expert_map,
+        quant=quant,
+        kernel_shapes=True,
+        max_tokens=kwargs.pop("max_tokens", MAX_KERNEL_TOKENS),
+        **kwargs,
+    )
+    return base.map(lambda c: _supported(c, entrypoint)).filter(_fits)
+
+
+__all__ = ["kernel_cases", "BIG_SHAPE", "MAX_KERNEL_TOKENS", "Quant"]
