@@ -124,6 +124,36 @@ def _optional(flag: bool | None, strategy: st.SearchStrategy[T]) -> st.SearchStr
     return st.one_of(st.none(), strategy)
 
 
+# moe_cases draws only from these module-level strategies. Building a strategy
+# inside a draw (st.integers(lo, hi) with drawn bounds) costs validation on every
+# example, which made generation ~10x slower than the vLLM call it feeds; bounded
+# values are instead drawn from a fixed range and folded into the bounds, which
+# still shrinks towards the lower bound.
+_PLACEMENTS = placements()
+_TOP_K = top_ks()
+_EXPERTS = expert_counts()
+_RAW_TOKENS = st.one_of(st.integers(0, 7), st.integers(0, MAX_TOKENS))
+_NEAR = st.sampled_from((0, -1, 1))
+_ON_BOUNDARY = st.booleans()
+_ROUTINGS = routings()
+_EP_SIZE = st.sampled_from((2, 4, 8))
+_EP_RANK = st.integers(0, 7)
+_QUANT_SCHEME = st.sampled_from(("int8_w8a16", "int4_w4a16"))
+_GROUP = {True: st.sampled_from((32, 64, 128)), False: st.just(0), None: st.sampled_from((0, 32, 64, 128))}
+_PRESENT = {True: st.just(True), False: st.just(False), None: st.booleans()}
+_DTYPES = dtypes()
+_DTYPES_16 = st.sampled_from(("bfloat16", "float16"))
+_HIDDEN = hidden_sizes()
+_INTER = intermediate_sizes()
+_KERNEL_SHAPES = st.sampled_from(KERNEL_SHAPES)
+_BOOL = st.booleans()
+
+
+def _fold(raw: int, lo: int, hi: int) -> int:
+    """Map a drawn non-negative int into [lo, hi]; 0 maps to lo, so shrinking still heads there."""
+    return lo + raw % (hi - lo + 1) if hi >= lo else lo
+
+
 @st.composite
 def moe_cases(
     draw: Callable[[st.SearchStrategy[Any]], Any],
@@ -147,35 +177,47 @@ def moe_cases(
     if isinstance(placement, Placement):
         placement_value = placement
     else:
-        placement_value = draw(placement if placement is not None else placements())
+        placement_value = draw(placement if placement is not None else _PLACEMENTS)
 
+    top_k = draw(_TOP_K)
     if kernel_shapes:
-        num_experts, hidden, inter = draw(st.sampled_from(KERNEL_SHAPES))
-        top_k = draw(top_ks(hi=min(8, num_experts)))
+        num_experts, hidden, inter = draw(_KERNEL_SHAPES)
+        top_k = min(top_k, num_experts)
     else:
-        top_k = draw(top_ks())
-        min_experts = top_k * SPARSITY_FACTOR if region == "naive" else top_k
-        num_experts = draw(expert_counts(lo=min_experts))
-        hidden, inter = draw(hidden_sizes()), draw(intermediate_sizes())
+        hidden, inter = draw(_HIDDEN), draw(_INTER)
+        lo = top_k * SPARSITY_FACTOR if region == "naive" else top_k
+        num_experts = draw(_EXPERTS)
+        if num_experts < lo:
+            num_experts = _fold(num_experts, lo, MAX_EXPERTS)
 
     limit = num_experts // (top_k * SPARSITY_FACTOR)  # largest token count still in the region
+    raw = draw(_RAW_TOKENS)
     if region == "naive":
         if limit < 1:  # only with kernel_shapes: this shape has no naive region at this top_k
             top_k = 1
             limit = num_experts // SPARSITY_FACTOR
-        num_tokens = draw(st.integers(1, max(1, limit)))
+        num_tokens = _fold(raw, 1, max(1, limit))
     elif region == "outside":
-        num_tokens = draw(st.integers(limit + 1, max(limit + 1, max_tokens, limit + 8)))
+        num_tokens = _fold(raw, limit + 1, max(limit + 1, max_tokens, limit + 8))
+    elif draw(_ON_BOUNDARY):
+        num_tokens = max(1, limit + draw(_NEAR))
     else:
-        near = st.integers(max(1, limit - 1), max(1, limit + 1))
-        num_tokens = draw(st.one_of(near, token_counts(hi=max_tokens)))
+        num_tokens = _fold(raw, 1, max_tokens)
 
-    emap = draw(_optional(expert_map, expert_maps(num_experts)))
-    q = draw(_optional(quant, quants(group)))
+    emap = None
+    if draw(_PRESENT[expert_map]):
+        sizes = [n for n in (2, 4, 8) if n <= num_experts]
+        if sizes:
+            size = draw(_EP_SIZE)
+            size = size if size in sizes else sizes[-1]
+            emap = ExpertMap(ep_size=size, ep_rank=draw(_EP_RANK) % size)
+    q = None
+    if draw(_PRESENT[quant]):
+        q = Quant(scheme=draw(_QUANT_SCHEME), group_size=draw(_GROUP[group]))
     if dtype is None:
         # wNa16 kernels take 16-bit activations only
-        dtype = draw(st.sampled_from(("bfloat16", "float16")) if q is not None else dtypes())
-    on_input = top_k == 1 and draw(st.booleans())
+        dtype = draw(_DTYPES_16 if q is not None else _DTYPES)
+    on_input = top_k == 1 and draw(_BOOL)
     return MoECase(
         num_tokens=num_tokens,
         top_k=top_k,
@@ -184,7 +226,7 @@ def moe_cases(
         intermediate=inter,
         dtype=dtype,
         placement=placement_value,
-        routing=draw(routings()),
+        routing=draw(_ROUTINGS),
         expert_map=emap,
         quant=q,
         apply_router_weight_on_input=on_input,

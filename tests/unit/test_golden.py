@@ -1,0 +1,53 @@
+"""Golden tooling: compare, .obtained on mismatch, change only on bless, never half-written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from moegate import golden
+
+pytestmark = pytest.mark.unit
+
+
+def test_missing_golden_fails_and_leaves_obtained(tmp_path: Path):
+    with pytest.raises(golden.GoldenMissing, match="missing"):
+        golden.check("t.tsv", "a\n", directory=tmp_path)
+    assert (tmp_path / "t.tsv.obtained").read_text() == "a\n"
+    assert not (tmp_path / "t.tsv").exists()
+
+
+def test_bless_writes_and_match_passes(tmp_path: Path):
+    golden.check("t.tsv", "# date: x\na\n", directory=tmp_path, bless=True)
+    golden.check("t.tsv", "# date: y\na\n", directory=tmp_path)  # provenance lines are not compared
+    assert not (tmp_path / "t.tsv.obtained").exists()
+
+
+def test_mismatch_fails_with_diff_and_keeps_golden(tmp_path: Path):
+    golden.check("t.tsv", "a\nb\n", directory=tmp_path, bless=True)
+    with pytest.raises(golden.GoldenMismatch) as err:
+        golden.check("t.tsv", "a\nc\n", directory=tmp_path)
+    assert "-b" in str(err.value) and "+c" in str(err.value) and "nox -s bless" in str(err.value)
+    assert (tmp_path / "t.tsv").read_text() == "a\nb\n"
+    assert (tmp_path / "t.tsv.obtained").read_text() == "a\nc\n"
+
+
+def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path: Path):
+    target = tmp_path / "g.tsv"
+    target.write_text("old\n")
+
+    class Boom:
+        def __str__(self) -> str:
+            raise RuntimeError("boom")
+
+    with pytest.raises(TypeError):
+        golden.atomic_write(target, Boom())  # type: ignore[arg-type]
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["g.tsv"]
+
+
+def test_provenance_header_lines_are_comments():
+    h = golden.provenance_header({"vllm": "0.33.0"})
+    assert all(line.startswith("# ") for line in h.splitlines())
+    assert golden.body(h + "x\n") == "x\n"
