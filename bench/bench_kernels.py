@@ -1,0 +1,88 @@
+"""Kernel-tier speed: generated cases checked per second on one GPU (vLLM start-up excluded).
+
+Each case is exactly what ``test_output_matches_reference`` checks: draw a case
+from ``strategies.kernels`` (both entrypoints, every placement, expert maps and
+wNa16 weights), run it through vLLM with cached weights, compare with the torch
+reference under the stated tolerance, and check the path against the spec.
+The clock starts after ``VllmTarget()`` (vLLM import and start-up) and includes
+Triton compilation, weight drawing and pinning.
+
+    PYTHONPATH=. python bench/bench_kernels.py --cases 500 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from moegate.kernel_check import run_checked
+from moegate.kernel_inputs import WeightBank
+from moegate.spec import expected_path
+from moegate.vllm_target import VllmTarget, describe_environment
+from strategies.kernels import kernel_cases
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", type=int, default=500)
+    ap.add_argument("--budget-s", type=float, default=300.0, help="stop drawing once this many seconds have passed")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    t_import = time.perf_counter()
+    target = VllmTarget()
+    if not target.cuda:
+        print("bench_kernels: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    startup = time.perf_counter() - t_import
+    bank = WeightBank(target.device, target.host_view)
+    stats: Counter[str] = Counter()
+    failures: list[str] = []
+    start = time.perf_counter()
+
+    @settings(max_examples=args.cases, deadline=None, database=None, derandomize=True, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def one(data: st.DataObject) -> None:
+        if time.perf_counter() - start > args.budget_s:
+            stats["skipped_over_budget"] += 1
+            return
+        entrypoint = data.draw(st.sampled_from(("legacy", "modular")))
+        case = data.draw(kernel_cases(entrypoint, expert_map=None, quant=None))
+        r = run_checked(target, bank, case, entrypoint)
+        stats["cases"] += 1
+        stats[f"path_{r.path}"] += 1
+        stats[f"placement_{case.placement.label}"] += 1
+        if case.quant is not None:
+            stats[f"quant_{case.quant.scheme}"] += 1
+        if case.expert_map is not None:
+            stats["expert_map"] += 1
+        if not r.closeness.ok:
+            stats["numeric_fail"] += 1
+            failures.append(r.describe())
+        if r.path != expected_path(case, entrypoint).path.value:
+            stats["path_mismatch"] += 1
+            if len(failures) < 20:
+                failures.append("path mismatch: " + r.describe())
+
+    one()
+    elapsed = time.perf_counter() - start
+    n = stats["cases"]
+    print(f"bench_kernels: vLLM {target.version}: {n} cases in {elapsed:.1f} s ({n / elapsed:.2f} cases/s), "
+          f"start-up {startup:.1f} s excluded; {dict(stats)}")
+    for f in failures[:10]:
+        print("  " + f.replace("\n", "\n  "))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"env": describe_environment(), "vllm": target.version, "cases": n, "seconds": elapsed,
+                       "startup_seconds": startup, "stats": dict(stats), "failures": failures[:50]}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
