@@ -9,6 +9,7 @@ an environment you already have (your own vLLM checkout's), installing nothing.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -60,8 +61,25 @@ def _options(
     return opts
 
 
+def _shared_env(session: nox.Session, name: str, install: list[str], remove: list[str] = ()) -> Path:
+    """`.nox/<name>`, built once and rebuilt only when its recipe changes (a stamp records it)."""
+    env_dir = ROOT / ".nox" / name
+    py = env_dir / "bin" / "python"
+    stamp = env_dir / "moegate-stamp"
+    want = hashlib.sha256(repr((install, list(remove))).encode()).hexdigest()
+    if not (py.exists() and stamp.exists() and stamp.read_text() == want):
+        session.log(f"building {env_dir} (once; rebuilt when its recipe changes)")
+        shutil.rmtree(env_dir, ignore_errors=True)
+        session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
+        session.run(str(py), "-m", "pip", "install", "-q", *install, external=True)
+        if remove:
+            session.run(str(py), "-m", "pip", "uninstall", "-q", "-y", *remove, external=True)
+        stamp.write_text(want)
+    return py
+
+
 def _vllm_python(session: nox.Session, version: str, override: str | None = None) -> str:
-    """The Python of a shared environment with vLLM `version` and moegate installed."""
+    """The Python of a shared environment with vLLM `version`; moegate itself goes on PYTHONPATH."""
     if override:
         py = Path(override)
         if not py.exists():
@@ -70,20 +88,7 @@ def _vllm_python(session: nox.Session, version: str, override: str | None = None
     spec = RELEASES.get(version)
     if spec is None:
         session.error(f"no recipe for vLLM {version!r}; known: {', '.join(RELEASES)} (or pass --vllm-python=PATH)")
-    env_dir = ROOT / ".nox" / f"_vllm-{version}"
-    py = env_dir / "bin" / "python"
-    stamp = env_dir / "moegate-stamp"
-    want = hashlib.sha256(repr((spec, PROJECT_DEPS)).encode()).hexdigest()
-    if not (py.exists() and stamp.exists() and stamp.read_text() == want):
-        session.log(f"building the vLLM {version} environment in {env_dir} (several GB; once)")
-        shutil.rmtree(env_dir, ignore_errors=True)
-        session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
-        session.run(str(py), "-m", "pip", "install", "-q", *spec["install"], *PROJECT_DEPS, external=True)
-        if spec["remove"]:
-            session.run(str(py), "-m", "pip", "uninstall", "-q", "-y", *spec["remove"], external=True)
-        stamp.write_text(want)
-    # the project itself goes on the path, not into site-packages: edits apply at once
-    return str(py)
+    return str(_shared_env(session, f"_vllm-{version}", [*spec["install"], *PROJECT_DEPS], spec["remove"]))
 
 
 def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | None = None, **kw: object) -> object:
@@ -95,12 +100,10 @@ def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | Non
 def unit(session: nox.Session) -> None:
     """Unit tier: strategies, spec, reference, golden tooling. No vLLM, no GPU."""
     _options(session, ())
-    env_dir = ROOT / ".nox" / "_unit"
-    py = env_dir / "bin" / "python"
-    if not py.exists():
-        session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
-        session.run(str(py), "-m", "pip", "install", "-q", CPU_TORCH, *PROJECT_DEPS, external=True)
-    session.run(str(py), "-m", "pytest", "tests/unit", env={"PYTHONPATH": str(ROOT)}, external=True)
+    py = _shared_env(session, "_unit", [CPU_TORCH, "nox", *PROJECT_DEPS])
+    # the env's bin first on PATH: the bad-input tests call `nox` itself
+    path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    session.run(str(py), "-m", "pytest", "tests/unit", env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True)
 
 
 @nox.session(name=f"dispatch-{PR_VLLM}", python=False, tags=["tests"])

@@ -1,0 +1,59 @@
+"""Bad input gets one clear line and a non-zero exit (or an explicit skip), never a silent pass."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from moegate import vllm_target
+from moegate.vllm_target import TargetError, VllmTarget
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_missing_vllm_names_the_fix(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
+    with pytest.raises(TargetError, match="vLLM is not importable here.*nox -s dispatch"):
+        VllmTarget()
+
+
+def test_vllm_without_the_entrypoints_names_what_is_missing(monkeypatch):
+    fake = types.ModuleType("vllm")
+    fake.__version__ = "0.1.0"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    for name in (vllm_target.FUSED_MOE, vllm_target.TRITON_MOE, vllm_target.FUSED_MOE_PKG):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    with pytest.raises(TargetError) as err:
+        VllmTarget()
+    msg = str(err.value)
+    assert "vLLM 0.1.0 lacks" in msg and "fused_experts_impl" in msg and "TritonExperts" in msg
+    assert "\n" not in msg
+
+
+def test_unknown_entrypoint_is_refused_before_running():
+    target = object.__new__(VllmTarget)  # no vLLM needed: the check comes first
+    with pytest.raises(ValueError, match="unknown entrypoint 'marlin'"):
+        VllmTarget.run(target, None, "marlin")  # type: ignore[arg-type]
+
+
+def test_cli_refuses_a_non_case_with_one_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "moegate", "spec", "{not json"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.strip().startswith("moegate: not a case:") and proc.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.skipif(shutil.which("nox") is None, reason="nox is not installed in this environment (pip install nox)")
+def test_unknown_nox_argument_is_one_clear_error():
+    proc = subprocess.run(
+        ["nox", "-s", "unit", "--", "--frobnicate"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0
+    assert "unknown argument '--frobnicate' for session unit" in proc.stdout + proc.stderr
