@@ -302,6 +302,32 @@ def build_overlay(package_dir: Path, overlay_root: Path, files: Sequence[str]) -
     return out
 
 
+SUITE_PATHS = ("moegate", "strategies", "tests", "golden", "pyproject.toml")
+
+
+def snapshot_suite(root: Path, dest: Path) -> str:
+    """Copy the suite (tests, strategies, spec, adapter, goldens) the mutants run against; return its git revision.
+
+    A mutation run takes many minutes; edits landing in the working tree meanwhile
+    must not change the suite half-way through (the baseline would no longer vouch
+    for it), so every test run uses this frozen copy.
+    """
+    dest.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", "*.obtained")
+    for name in SUITE_PATHS:
+        src = root / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore)
+        elif src.exists():
+            shutil.copyfile(src, dest / name)
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", *SUITE_PATHS], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return rev + (" + uncommitted changes" if dirty else "")
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -337,11 +363,11 @@ def require_tool() -> None:
         raise ToolMissing(f"{TOOL} is not installed for {sys.executable}; install it with: {TOOL_INSTALL}")
 
 
-def _cosmic_ray(*args: str, env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+def _cosmic_ray(*args: str, env: Mapping[str, str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as fh:
         return subprocess.Popen(
             [sys.executable, "-m", "cosmic_ray.cli", *args],
-            cwd=ROOT,
+            cwd=cwd,
             env=dict(env),
             stdout=fh,
             stderr=subprocess.STDOUT,
@@ -376,8 +402,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _run_tool(*args: str, env: Mapping[str, str], log: Path, what: str) -> None:
-    proc = _cosmic_ray(*args, env=env, log=log)
+def _run_tool(*args: str, env: Mapping[str, str], log: Path, what: str, cwd: Path) -> None:
+    proc = _cosmic_ray(*args, env=env, log=log, cwd=cwd)
     try:
         rc = proc.wait()
     finally:
@@ -527,6 +553,7 @@ class Outcome:
     installed_unchanged: bool
     stale_equivalents: list[str] = field(default_factory=list)
     budget_s: float = 30.0
+    suite_rev: str = "unknown"
 
     def count(self, status: str) -> int:
         return sum(1 for m in self.mutants if m.status == status)
@@ -608,9 +635,11 @@ def run(
     out_dir.mkdir(parents=True, exist_ok=True)
     tool_log = out_dir / "power-cosmic-ray.log"
     tool_log.write_text("")
+    suite = work / "suite"
+    suite_rev = snapshot_suite(ROOT, suite)
     proc_env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(work / "overlay"), str(ROOT)]),
+        "PYTHONPATH": os.pathsep.join([str(work / "overlay"), str(suite)]),
         "MOEGATE_PROFILE": "power",
         "MOEGATE_REQUIRE_VLLM": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -622,7 +651,7 @@ def run(
         copies = build_overlay(package_dir, work / "overlay", files)
         # baseline: the unmutated overlay must pass, from the overlay, or no score means anything
         t0 = time.perf_counter()
-        base = subprocess.run(shlex.split(test_command), cwd=ROOT, env=proc_env, capture_output=True, text=True)
+        base = subprocess.run(shlex.split(test_command), cwd=suite, env=proc_env, capture_output=True, text=True)
         base_wall = time.perf_counter() - t0
         info = read_plugin_line(base.stdout) or {}
         if base.returncode != 0:
@@ -649,7 +678,7 @@ def run(
             'name = "local"\n'
         )
         db = work / "session.sqlite"
-        _run_tool("init", str(cfg), str(db), env=proc_env, log=tool_log, what="init")
+        _run_tool("init", str(cfg), str(db), env=proc_env, log=tool_log, what="init", cwd=suite)
         mutants = select(db, copies, regions)
         if only or limit is not None:  # a partial run: the rest is marked skipped in cosmic-ray's session
             from cosmic_ray.work_db import WorkDB, use_db
@@ -662,7 +691,7 @@ def run(
                 wdb.set_multiple_results(dropped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
             mutants = chosen
         log(f"power: {len(mutants)} mutants in {len(regions)} regions; timeout {timeout:.0f} s each")
-        _run_tool("exec", str(cfg), str(db), env=proc_env, log=tool_log, what="exec")
+        _run_tool("exec", str(cfg), str(db), env=proc_env, log=tool_log, what="exec", cwd=suite)
         collect(db, mutants, equivalents)
         for f, p in copies.items():  # cosmic-ray restores each copy after its mutant
             if sha256(p) != before[f]:
@@ -689,6 +718,7 @@ def run(
         installed_unchanged=True,
         stale_equivalents=sorted(k for k in equivalents if k not in ids),
         budget_s=budget_s,
+        suite_rev=suite_rev,
     )
 
 
@@ -723,6 +753,7 @@ def render_markdown(o: Outcome) -> str:
         f"| dispatch tier on unmutated vLLM (s) | wall {o.baseline.get('wall_s')}, import {o.baseline.get('import_s')}, pytest total {o.baseline.get('total_s')} |",
         f"| total wall time (s) | {o.wall_s} |",
         f"| installed vLLM files unchanged (sha256 before = after) | {'yes' if o.installed_unchanged else 'NO'} |",
+        f"| suite (moegate revision, frozen for the run) | {o.suite_rev} |",
         f"| tool | {TOOL} (local distributor), mutants run against a throw-away overlay |",
         "",
         f"Command: `{o.command or 'python -m moegate.power'}`  ",
@@ -783,6 +814,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with SIGINT ignored
     out_dir = Path(args.out)
     try:
         outcome = run(
@@ -799,6 +831,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PowerError as exc:
         print(f"moegate power: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        print(f"moegate power: interrupted ({exc or 'SIGINT'}); overlay removed, installed vLLM files unchanged", file=sys.stderr)
+        return 130
     md = render_markdown(outcome)
     (out_dir / "power.md").write_text(md)
     (out_dir / "power.json").write_text(json.dumps(to_json(outcome), indent=2, default=str))

@@ -184,7 +184,11 @@ def test_missing_tool_is_one_line_with_the_install_command(monkeypatch: pytest.M
     with pytest.raises(power.ToolMissing) as exc:
         power.require_tool()
     assert "pip install 'cosmic-ray" in str(exc.value) and "\n" not in str(exc.value)
-    rc = power.main(["--vllm-python", sys.executable, "--package-dir", "/nonexistent"])
+    previous = signal.getsignal(signal.SIGTERM)  # main() installs its own SIGTERM handler
+    try:
+        rc = power.main(["--vllm-python", sys.executable, "--package-dir", "/nonexistent"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     assert rc == 2
 
 
