@@ -34,6 +34,7 @@ from moegate.vllm_target import VllmTarget, describe_environment
 
 E, TOP_K, HIDDEN, INTER = 128, 8, 2048, 768
 TOKENS = (1, 2, 3, 4, 8)
+SLEEP_CYCLES = 5_000_000  # ~2.5 ms at 1.98 GHz, longer than vLLM's Python path takes to launch a step
 BLOCK_M_MIN = 16  # smallest BLOCK_SIZE_M vLLM's configs use: >= 8 tokens' pairs per expert, one block each
 
 
@@ -88,6 +89,7 @@ def _time_mode(target, x, w1, w2, rows, weights, flush, global_e, emap) -> tuple
     for ids in ids_all:
         flush.zero_()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SLEEP_CYCLES)  # GPU busy while Python queues the call: time excludes launch overhead
         a.record()
         target.call_legacy(x, w1, w2, weights, ids, global_num_experts=global_e, expert_map=emap)
         b.record()
