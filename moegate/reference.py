@@ -24,7 +24,9 @@ rounds. Rounding (3) and (4) act on values bounded elementwise by
 ``A = sum_e |w * y_e|`` (the absolute contributions, which the reference returns
 as ``magnitude``); (1) and (2) reach the output through the second product, which
 mixes every intermediate element into every output element, so their effect is
-bounded in size by the output's typical magnitude, taken as ``rms(A)``. Hence
+bounded in size by the token's typical output magnitude, taken as ``rms(A)`` over
+that token's row (per row, so tokens with no local expert under an expert map do
+not shrink the bound of the others). Hence
 
     |out - ref| <= C * u * (A + rms(A)),   C = 2 * (4 + r_in)
 
@@ -172,7 +174,7 @@ def tolerance(ref: Reference, dtype: torch.dtype, quantized: bool = False) -> to
     """Elementwise bound ``C * u * (A + rms(A))`` from the module docstring."""
     u = UNIT_ROUNDOFF[dtype]
     a = ref.magnitude
-    rms = a.pow(2).mean().sqrt() if a.numel() else a.new_zeros(())
+    rms = a.pow(2).mean(dim=-1, keepdim=True).sqrt()  # per token: the second product mixes within a row
     return rounding_count(dtype, quantized) * u * (a + rms)
 
 

@@ -191,6 +191,10 @@ def test_tolerance_scales_with_dtype_and_magnitude():
     assert tolerance(ref, torch.float16)[0, 0] < tolerance(ref, torch.bfloat16)[0, 0]
     doubled = Reference(torch.zeros(1, 2), 2 * mag)
     assert torch.allclose(tolerance(doubled, torch.bfloat16), 2 * tolerance(ref, torch.bfloat16))
+    # rms is per token: an all-zero row (no local expert) does not shrink another row's bound
+    two_rows = Reference(torch.zeros(2, 2), torch.tensor([[1.0, 3.0], [0.0, 0.0]]))
+    assert torch.allclose(tolerance(two_rows, torch.bfloat16)[0], tolerance(ref, torch.bfloat16)[0])
+    assert tolerance(two_rows, torch.bfloat16)[1].abs().sum() == 0
 
 
 def test_compare_passes_rounding_and_fails_a_dropped_expert():
