@@ -222,14 +222,8 @@ class VllmTarget:
         if not host:
             return w.view(w.shape)  # a fresh tensor object: no marker from an earlier case
         if self.cuda:
-            from vllm.utils.torch_utils import get_accelerator_view_from_cpu_tensor
-
-            pinned = torch.empty(w.shape, dtype=w.dtype, device="cpu", pin_memory=True)
-            pinned.copy_(w)
-            view = get_accelerator_view_from_cpu_tensor(pinned)
-            view._moegate_pinned = pinned  # keep the host memory alive with the view
-        else:
-            view = w.view(w.shape)
+            return self.host_view(w)
+        view = w.view(w.shape)
         setattr(view, UVA_MARKER, True)
         return view
 
@@ -296,7 +290,7 @@ class VllmTarget:
         pinned = torch.empty(w.shape, dtype=w.dtype, device="cpu", pin_memory=True)
         pinned.copy_(w)
         view = get_accelerator_view_from_cpu_tensor(pinned)
-        view._moegate_pinned = pinned
+        view._moegate_pinned = pinned  # keep the host memory alive with the view
         if mark:
             setattr(view, UVA_MARKER, True)
         return view
