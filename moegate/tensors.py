@@ -55,9 +55,9 @@ def scale_shapes(case: MoECase) -> tuple[tuple[int, ...], tuple[int, ...]] | Non
 
 @lru_cache(maxsize=64)
 def _empty_weights(
-    shape1: tuple[int, ...], shape2: tuple[int, ...], dtype: torch.dtype
+    shape1: tuple[int, ...], shape2: tuple[int, ...], dtype: torch.dtype, device: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty(shape1, dtype=dtype), torch.empty(shape2, dtype=dtype)
+    return torch.empty(shape1, dtype=dtype, device=device), torch.empty(shape2, dtype=dtype, device=device)
 
 
 def _weight_dtype(case: MoECase) -> torch.dtype:
@@ -75,7 +75,7 @@ def routing_tensors(case: MoECase, device: torch.device | str = "cpu") -> tuple[
 def make_tensors(
     case: MoECase, device: torch.device | str = "cpu", *, values: bool = True, seed: int = 0
 ) -> CaseTensors:
-    """Inputs for ``case``. With ``values=False`` weights are shared, uninitialised CPU tensors."""
+    """Inputs for ``case``. With ``values=False`` weights are shared, uninitialised tensors (never read)."""
     dtype = torch_dtype(case.dtype)
     s1, s2 = weight_shapes(case)
     wdtype = _weight_dtype(case)
@@ -86,9 +86,9 @@ def make_tensors(
     scales = scale_shapes(case)
 
     if not values:
-        w1, w2 = _empty_weights(s1, s2, wdtype)
-        hidden = torch.empty((case.num_tokens, case.hidden), dtype=dtype)
-        sc = (torch.empty(scales[0]), torch.empty(scales[1])) if scales else (None, None)
+        w1, w2 = _empty_weights(s1, s2, wdtype, str(device))
+        hidden = torch.empty((case.num_tokens, case.hidden), dtype=dtype, device=device)
+        sc = (torch.empty(scales[0], device=device), torch.empty(scales[1], device=device)) if scales else (None, None)
         return CaseTensors(hidden, w1, w2, topk_weights, topk_ids, expert_map, *sc)
 
     gen = torch.Generator(device="cpu").manual_seed(seed)

@@ -54,7 +54,26 @@ class TargetError(RuntimeError):
 
 
 class _KernelReached(Exception):
-    """Raised by the launcher recorder on CPU: the decision is made, nothing more can run."""
+    """Raised by the launcher recorder in decision-only mode: the decision is made, stop here."""
+
+
+class _Recorders:
+    """Process-wide instrumentation state.
+
+    The recorders are module globals of vLLM, so they exist once per process however
+    many targets use them: the dispatch tier's decision-only target and the kernel
+    tier's run-to-the-end target share them, and each call states its own mode here.
+    """
+
+    def __init__(self) -> None:
+        self.users = 0
+        self.patches: list[tuple[Any, str, Any]] = []
+        self.record: Observation | None = None
+        self.finish = False
+        self.in_launch = False
+
+
+_RECORDERS = _Recorders()
 
 
 @dataclass
@@ -92,9 +111,16 @@ def _import(name: str) -> Any:
 
 
 class VllmTarget:
-    """Drives one installed vLLM's fused-MoE entrypoints and observes the path."""
+    """Drives one installed vLLM's fused-MoE entrypoints and observes the path.
 
-    def __init__(self) -> None:
+    ``finish``: let each call run to the end and return its output (needs CUDA;
+    the default on a GPU), or stop it at the first kernel launch, right after the
+    decision (``False``; the only mode on a CPU). The dispatch tier asks for the
+    latter everywhere: the decision is all it checks, and on a GPU running every
+    generated shape to the end would cost a Triton compilation per new variant.
+    """
+
+    def __init__(self, finish: bool | None = None) -> None:
         try:
             vllm = importlib.import_module("vllm")
         except ImportError as exc:
@@ -123,12 +149,16 @@ class VllmTarget:
                 "moegate supports vLLM 0.32.0 and later"
             )
         self.cuda = torch.cuda.is_available()
+        if finish and not self.cuda:
+            raise TargetError("running fused-MoE calls to the end needs a CUDA GPU; this machine has none")
+        self.finish: bool = self.cuda if finish is None else finish
         self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
         self.has_host_rule = hasattr(self.fm, "_weights_host_resident")
-        self._record: Observation | None = None
         self._experts_cache: dict[tuple[Any, ...], Any] = {}
-        self._patches: list[tuple[Any, str, Any]] = []
-        self._install_recorders()
+        if _RECORDERS.users == 0:
+            self._install_recorders()
+        _RECORDERS.users += 1
+        self._closed = False
 
     # --- instrumentation ----------------------------------------------------
 
@@ -156,14 +186,19 @@ class VllmTarget:
                     self._patch(mod, name, self._launch_recorder(getattr(mod, name)))
 
     def _patch(self, mod: Any, name: str, value: Any) -> None:
-        self._patches.append((mod, name, getattr(mod, name)))
+        _RECORDERS.patches.append((mod, name, getattr(mod, name)))
         setattr(mod, name, value)
 
     def close(self) -> None:
-        """Put vLLM's functions back (the adapter patched module globals)."""
-        while self._patches:
-            mod, name, original = self._patches.pop()
-            setattr(mod, name, original)
+        """Put vLLM's functions back once the last target using them closes."""
+        if self._closed:
+            return
+        self._closed = True
+        _RECORDERS.users -= 1
+        if _RECORDERS.users == 0:
+            while _RECORDERS.patches:
+                mod, name, original = _RECORDERS.patches.pop()
+                setattr(mod, name, original)
 
     def __enter__(self) -> VllmTarget:
         return self
@@ -173,17 +208,18 @@ class VllmTarget:
 
     def _align_recorder(self, real: Callable[..., Any]) -> Callable[..., Any]:
         def moe_align_block_size(topk_ids: torch.Tensor, block_size: int, num_experts: int, *a: Any, **kw: Any) -> Any:
-            if self._record is not None:
-                self._record.align_calls += 1
-            if self.cuda:
+            if _RECORDERS.record is not None:
+                _RECORDERS.record.align_calls += 1
+            if _RECORDERS.finish:
                 return real(topk_ids, block_size, num_experts, *a, **kw)
-            # CPU: shaped stand-ins; the kernel recorder stops the call before use
+            # decision-only: shaped stand-ins; the launch recorder stops the call before use
             pairs = topk_ids.numel()
             padded = pairs + num_experts * (block_size - 1)
+            dev = topk_ids.device
             return (
-                torch.full((padded,), pairs, dtype=torch.int32),
-                torch.zeros((padded + block_size - 1) // block_size, dtype=torch.int32),
-                torch.tensor([padded], dtype=torch.int32),
+                torch.full((padded,), pairs, dtype=torch.int32, device=dev),
+                torch.zeros((padded + block_size - 1) // block_size, dtype=torch.int32, device=dev),
+                torch.tensor([padded], dtype=torch.int32, device=dev),
             )
 
         moe_align_block_size.__wrapped_align__ = real  # type: ignore[attr-defined]
@@ -193,19 +229,19 @@ class VllmTarget:
         sig = inspect.signature(real)
 
         def launch(*args: Any, **kwargs: Any) -> Any:
-            rec = self._record
-            if rec is not None and not getattr(self, "_in_launch", False):
+            rec = _RECORDERS.record
+            if rec is not None and not _RECORDERS.in_launch:
                 bound = sig.bind_partial(*args, **kwargs)
                 rec.launches.append(bound.arguments.get("sorted_token_ids") is None)
-            if not self.cuda:
+            if not _RECORDERS.finish:
                 raise _KernelReached
             # nested launchers (dispatch -> invoke) record once
-            outer = getattr(self, "_in_launch", False)
-            self._in_launch = True
+            outer = _RECORDERS.in_launch
+            _RECORDERS.in_launch = True
             try:
                 return real(*args, **kwargs)
             finally:
-                self._in_launch = outer
+                _RECORDERS.in_launch = outer
 
         launch.__name__ = getattr(real, "__name__", "launch")
         return launch
@@ -215,13 +251,15 @@ class VllmTarget:
     def place(self, w: torch.Tensor, host: bool) -> torch.Tensor:
         """``w`` as the layer would hold it: device memory, or host memory marked as UVA-offloaded.
 
-        On CUDA a host-resident weight is pinned host memory seen through vLLM's
-        own UVA view op, exactly what ``--offload-backend uva`` leaves behind; on a
-        CPU only the marker can be set, which is what the decision reads.
+        When calls run to the end, a host-resident weight is pinned host memory seen
+        through vLLM's own UVA view op, exactly what ``--offload-backend uva`` leaves
+        behind. Decision-only calls never read the weights: there (and always on a
+        CPU) the marker alone is set, which is all the decision reads, and no
+        pinned copy is paid per case.
         """
         if not host:
             return w.view(w.shape)  # a fresh tensor object: no marker from an earlier case
-        if self.cuda:
+        if self.finish:
             return self.host_view(w)
         view = w.view(w.shape)
         setattr(view, UVA_MARKER, True)
@@ -230,9 +268,9 @@ class VllmTarget:
     # --- running a case --------------------------------------------------------
 
     def tensors(self, case: MoECase, *, values: bool | None = None, seed: int = 0) -> CaseTensors:
-        """Inputs for ``case`` on this target's device (uninitialised on CPU, where values are never read)."""
-        values = self.cuda if values is None else values
-        return make_tensors(case, self.device if values else "cpu", values=values, seed=seed)
+        """Inputs for ``case`` on this target's device (uninitialised, cached weights when calls stop at the decision)."""
+        values = self.finish if values is None else values
+        return make_tensors(case, self.device, values=values, seed=seed)
 
     def run(self, case: MoECase, entrypoint: str, tensors: CaseTensors | None = None) -> Observation:
         """Call ``entrypoint`` on ``case``; on CPU the call stops at the first kernel launch."""
@@ -254,8 +292,8 @@ class VllmTarget:
         if entrypoint not in ENTRYPOINTS:
             raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
         obs = Observation(entrypoint)
-        self._record = obs
-        ctx = self.pkg.override_config(dict(CPU_KERNEL_CONFIG)) if not self.cuda else contextlib.nullcontext()
+        _RECORDERS.record, _RECORDERS.finish = obs, self.finish
+        ctx = self.pkg.override_config(dict(CPU_KERNEL_CONFIG)) if not self.finish else contextlib.nullcontext()
         try:
             with ctx, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -268,7 +306,7 @@ class VllmTarget:
         except _KernelReached:
             pass
         finally:
-            self._record = None
+            _RECORDERS.record = None
         return obs
 
     # --- kernel-tier helpers (CUDA only) -------------------------------------------
@@ -315,7 +353,7 @@ class VllmTarget:
         """
         self._need_cuda("call_legacy")
         obs = Observation("legacy")
-        self._record = obs
+        _RECORDERS.record, _RECORDERS.finish = obs, True
         activation = self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu"
         try:
             with warnings.catch_warnings():
@@ -332,7 +370,7 @@ class VllmTarget:
                 )
             obs.completed = True
         finally:
-            self._record = None
+            _RECORDERS.record = None
         return obs
 
     def capture(

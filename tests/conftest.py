@@ -34,13 +34,11 @@ def bless(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--bless"))
 
 
-@pytest.fixture(scope="session")
-def target() -> Iterator[object]:
-    """The installed vLLM, instrumented. Skips (or, under MOEGATE_REQUIRE_VLLM=1, fails) without one."""
+def _attach(finish: bool) -> Iterator[object]:
     from moegate.vllm_target import TargetError, VllmTarget
 
     try:
-        t = VllmTarget()
+        t = VllmTarget(finish=finish)
     except TargetError as exc:
         if os.environ.get("MOEGATE_REQUIRE_VLLM") == "1":
             pytest.fail(f"MOEGATE_REQUIRE_VLLM=1 but {exc}", pytrace=False)
@@ -52,9 +50,19 @@ def target() -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
-def cuda_target(target: object) -> object:
+def target() -> Iterator[object]:
+    """The installed vLLM, instrumented; calls stop right after the path decision, on a CPU or a GPU.
+
+    Skips (or, under MOEGATE_REQUIRE_VLLM=1, fails) without an importable vLLM.
+    """
+    yield from _attach(finish=False)
+
+
+@pytest.fixture(scope="session")
+def cuda_target() -> Iterator[object]:
+    """The installed vLLM with calls run to the end on the GPU: outputs, real UVA weights."""
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU: kernel outputs and UVA host-resident weights cannot be produced on a CPU")
-    return target
+    yield from _attach(finish=True)

@@ -57,3 +57,14 @@ def test_unknown_nox_argument_is_one_clear_error():
     )
     assert proc.returncode != 0
     assert "unknown argument '--frobnicate' for session unit" in proc.stdout + proc.stderr
+
+
+def test_observation_names_inconsistent_evidence():
+    from moegate.vllm_target import Observation
+
+    assert Observation("legacy").path == "no-kernel-launch"
+    assert Observation("legacy", align_calls=0, launches=[True, True]).path == "naive"
+    assert Observation("legacy", align_calls=1, launches=[False, False]).path == "sorted"
+    # alignment ran but the kernel still got sorted_token_ids=None: neither path
+    assert Observation("legacy", align_calls=1, launches=[True]).path.startswith("inconsistent")
+    assert Observation("legacy", align_calls=0, launches=[False]).path.startswith("inconsistent")

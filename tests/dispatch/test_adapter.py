@@ -1,0 +1,33 @@
+"""The adapter's own contract against the installed vLLM: modes, and vLLM left as it was found."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from moegate.case import MoECase
+from moegate.vllm_target import _RECORDERS, TargetError, VllmTarget
+
+pytestmark = pytest.mark.dispatch
+
+
+def test_targets_share_recorders_and_the_last_close_restores_vllm(target):
+    fm = target.fm
+    patched = fm.moe_align_block_size
+    users = _RECORDERS.users
+    extra = VllmTarget(finish=False)
+    assert fm.moe_align_block_size is patched and _RECORDERS.users == users + 1
+    extra.close()
+    extra.close()  # idempotent
+    assert _RECORDERS.users == users and fm.moe_align_block_size is patched
+
+
+def test_decision_only_calls_stop_at_the_first_launch(target):
+    obs = target.run(MoECase(num_tokens=2, top_k=2, num_experts=64), "legacy")
+    assert not obs.completed and obs.output is None and len(obs.launches) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU running to the end is allowed")
+def test_running_to_the_end_on_a_cpu_is_refused_with_the_reason():
+    with pytest.raises(TargetError, match="needs a CUDA GPU"):
+        VllmTarget(finish=True)
