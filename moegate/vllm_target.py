@@ -295,16 +295,21 @@ class VllmTarget:
         _RECORDERS.record, _RECORDERS.finish = obs, self.finish
         ctx = self.pkg.override_config(dict(CPU_KERNEL_CONFIG)) if not self.finish else contextlib.nullcontext()
         try:
+            # vLLM's override_config restores the previous config only on a normal
+            # exit (it has no try/finally), so the stop is caught inside the block:
+            # a decision-only call must not leave its fixed config behind for a
+            # later call that runs to the end (seen on an H200: the wNa16 kernel
+            # then lacked SPLIT_K).
             with ctx, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                if entrypoint == "legacy":
-                    out = self._legacy(case, t, w1, w2)
-                else:
-                    out = self._modular(case, t, w1, w2)
-            obs.completed = True
-            obs.output = out
-        except _KernelReached:
-            pass
+                try:
+                    if entrypoint == "legacy":
+                        obs.output = self._legacy(case, t, w1, w2)
+                    else:
+                        obs.output = self._modular(case, t, w1, w2)
+                    obs.completed = True
+                except _KernelReached:
+                    pass
         finally:
             _RECORDERS.record = None
         return obs

@@ -31,3 +31,13 @@ def test_decision_only_calls_stop_at_the_first_launch(target):
 def test_running_to_the_end_on_a_cpu_is_refused_with_the_reason():
     with pytest.raises(TargetError, match="needs a CUDA GPU"):
         VllmTarget(finish=True)
+
+
+def test_a_stopped_call_leaves_no_kernel_config_override_behind(target):
+    """A decision-only call fixes vLLM's kernel config while it runs, and must restore it."""
+    sentinel = {"BLOCK_SIZE_M": 64, "moegate": "sentinel"}
+    with target.pkg.override_config(sentinel):
+        for ep in ("legacy", "modular"):
+            obs = target.run(MoECase(num_tokens=1, top_k=1, num_experts=8), ep)
+            assert not obs.completed
+            assert target.pkg.get_config() is sentinel, f"{ep}: the call left {target.pkg.get_config()} behind"
