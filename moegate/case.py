@@ -95,7 +95,7 @@ class Quant:
     """Weight-only quantization of the wNa16 Triton kernels (int8_w8a16, int4_w4a16)."""
 
     scheme: str  # "int8_w8a16" | "int4_w4a16"
-    group_size: int  # 0 = per-channel (block_shape[1] == 0); > 0 = grouped
+    group_size: int  # <= 0 = per-channel (vLLM passes 0 or -1 in block_shape[1]); > 0 = grouped
 
     @property
     def block_shape(self) -> list[int]:

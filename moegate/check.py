@@ -7,7 +7,7 @@ import re
 from typing import Any, Protocol
 
 from moegate.case import MoECase
-from moegate.spec import expected_path
+from moegate.spec import expected_path, experts_counted
 
 MARK = "MOEGATE-MISMATCH"
 _MARK_RE = re.compile(MARK + r" (\{.*\})")
@@ -38,7 +38,8 @@ def mismatch_record(case: MoECase, entrypoint: str, observed: str) -> dict[str, 
 
 def assert_path(target: Observer, case: MoECase, entrypoint: str) -> str:
     """Run ``case`` through ``entrypoint`` and fail unless the observed path is the spec's."""
-    observed = target.run(case, entrypoint).path
+    obs = target.run(case, entrypoint)
+    observed = obs.path
     want = expected_path(case, entrypoint)
     if observed != want.path.value:
         rec = mismatch_record(case, entrypoint, observed)
@@ -47,7 +48,34 @@ def assert_path(target: Observer, case: MoECase, entrypoint: str) -> str:
             f"  reproduce: python -m moegate repro '{case.to_json()}'\n"
             f"{MARK} {json.dumps(rec, sort_keys=True)}"
         )
+    _assert_assignment(obs, case, entrypoint)
     return observed
+
+
+def _assert_assignment(obs: Any, case: MoECase, entrypoint: str) -> None:
+    """Past the path: the expert count handed to the alignment, and the naive assignment itself.
+
+    Sorted: every ``moe_align_block_size`` call gets the count the entrypoint must
+    count by (global with an expert map, else ``w1.shape[0]``). Naive: the kernel
+    gets one block per (token, expert) pair: ``expert_ids`` is the flattened
+    ``topk_ids`` and ``num_tokens_post_padded`` is ``[pairs * BLOCK_SIZE_M]``.
+    """
+    problems = []
+    want_count = experts_counted(case, entrypoint)
+    for n in getattr(obs, "align_num_experts", []):
+        if n != want_count:
+            problems.append(f"moe_align_block_size got num_experts={n}, spec counts {want_count}")
+    flat = [e for row in case.topk_ids() for e in row]
+    for ids, ntpp, block_m in getattr(obs, "naive_assignments", []):
+        if ids != flat:
+            problems.append(f"naive expert_ids {ids[:16]} != flattened topk_ids {flat[:16]}")
+        if ntpp != [case.pairs * block_m]:
+            problems.append(f"naive num_tokens_post_padded {ntpp} != [{case.pairs}*{block_m}]")
+    if problems:
+        raise DispatchMismatch(
+            f"{entrypoint} entrypoint: wrong expert assignment for {case.short()}: {'; '.join(problems)}\n"
+            f"  reproduce: python -m moegate repro '{case.to_json()}'"
+        )
 
 
 def parse_mismatches(text: str) -> list[dict[str, Any]]:

@@ -103,7 +103,7 @@ def dequantize(w: torch.Tensor, scale: torch.Tensor, quant: Quant) -> torch.Tens
         q = w.to(torch.int32)
     else:
         raise ValueError(f"unknown quantization scheme {quant.scheme!r}")
-    if quant.group_size == 0:
+    if quant.group_size <= 0:
         if quant.scheme != "int8_w8a16":
             raise ValueError("per-channel (group size 0) storage is defined for int8_w8a16 only")
         return q.float() * scale.float().reshape(*scale.shape[:2], 1)

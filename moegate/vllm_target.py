@@ -83,6 +83,9 @@ class Observation:
     entrypoint: str
     align_calls: int = 0
     launches: list[bool] = field(default_factory=list)  # per launch: sorted_token_ids was None
+    align_num_experts: list[int] = field(default_factory=list)  # the expert count each alignment was given
+    # decision-only calls, per naive launch: (expert_ids, num_tokens_post_padded, BLOCK_SIZE_M) as received
+    naive_assignments: list[tuple[list[int], list[int], int]] = field(default_factory=list)
     completed: bool = False
     output: torch.Tensor | None = None
 
@@ -210,6 +213,7 @@ class VllmTarget:
         def moe_align_block_size(topk_ids: torch.Tensor, block_size: int, num_experts: int, *a: Any, **kw: Any) -> Any:
             if _RECORDERS.record is not None:
                 _RECORDERS.record.align_calls += 1
+                _RECORDERS.record.align_num_experts.append(int(num_experts))
             if _RECORDERS.finish:
                 return real(topk_ids, block_size, num_experts, *a, **kw)
             # decision-only: shaped stand-ins; the launch recorder stops the call before use
@@ -232,7 +236,20 @@ class VllmTarget:
             rec = _RECORDERS.record
             if rec is not None and not _RECORDERS.in_launch:
                 bound = sig.bind_partial(*args, **kwargs)
-                rec.launches.append(bound.arguments.get("sorted_token_ids") is None)
+                naive = bound.arguments.get("sorted_token_ids") is None
+                rec.launches.append(naive)
+                if naive and not _RECORDERS.finish:
+                    # read back only when the call stops here: a run-to-the-end call may be
+                    # under CUDA-graph capture, where a device-to-host read is not allowed
+                    ids, ntpp = bound.arguments.get("expert_ids"), bound.arguments.get("num_tokens_post_padded")
+                    cfg = bound.arguments.get("config") or {}
+                    rec.naive_assignments.append(
+                        (
+                            [] if ids is None else [int(x) for x in ids.reshape(-1).tolist()],
+                            [] if ntpp is None else [int(x) for x in ntpp.reshape(-1).tolist()],
+                            int(cfg.get("BLOCK_SIZE_M", 0)),
+                        )
+                    )
             if not _RECORDERS.finish:
                 raise _KernelReached
             # nested launchers (dispatch -> invoke) record once
@@ -450,7 +467,15 @@ class VllmTarget:
         cfg = importlib.import_module(FUSED_MOE_PKG + ".config")
         if case.quant is None:
             return cfg.FUSED_MOE_UNQUANTIZED_CONFIG
-        block_shape = [0, case.quant.group_size] if case.quant.group_size > 0 else None
+        g = case.quant.group_size
+        if g > 0 or not self.finish:
+            # vLLM's wNa16 oracle passes block_shape=[0, group_size], per-channel as 0 or -1:
+            # decision-only calls pass it that way so the `block_shape[1] > 0` clause is reached
+            block_shape: list[int] | None = [0, g]
+        else:
+            # per-channel weights that must run: vLLM's plain Triton kernel takes
+            # BLOCK_SIZE_K = min(BLOCK_SIZE_K, *block_shape), so it executes only block_shape=None
+            block_shape = None
         make = cfg.int8_w8a16_moe_quant_config if case.quant.scheme == "int8_w8a16" else cfg.int4_w4a16_moe_quant_config
         return make(w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=block_shape)
 

@@ -11,6 +11,9 @@ this module excludes what vLLM's kernels do not support, each with its constrain
 - wNa16 at the modular entrypoint needs a group size: ``TritonWNA16Experts``
   launches the grouped kernel, which asserts ``block_shape`` is given. Mapped to
   group size 128.
+- group sizes below 32 (the dispatch tier draws group size 1, the boundary of the
+  ``block_shape[1] > 0`` clause): not a layout vLLM's wNa16 kernels are tuned or
+  tested for. Mapped to group size 128.
 - the Qwen3-30B-A3B shape (128 experts, hidden 2048) in bfloat16 only: a float32
   copy would pin 2.4 GB of host memory for no dispatch-relevant difference.
 """
@@ -32,7 +35,9 @@ BIG_SHAPE = (128, 2048, 768)
 
 def _supported(case: MoECase, entrypoint: str) -> MoECase:
     q = case.quant
-    if q is not None and q.group_size == 0 and (q.scheme == "int4_w4a16" or entrypoint == "modular"):
+    if q is not None and (
+        (q.group_size <= 0 and (q.scheme == "int4_w4a16" or entrypoint == "modular")) or 0 < q.group_size < 32
+    ):
         return MoECase.from_dict({**case.to_dict(), "quant": {"scheme": q.scheme, "group_size": 128}})
     return case
 

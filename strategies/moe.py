@@ -139,7 +139,9 @@ _ROUTINGS = routings()
 _EP_SIZE = st.sampled_from((2, 4, 8))
 _EP_RANK = st.integers(0, 7)
 _QUANT_SCHEME = st.sampled_from(("int8_w8a16", "int4_w4a16"))
-_GROUP = {True: st.sampled_from((32, 64, 128)), False: st.just(0), None: st.sampled_from((0, 32, 64, 128))}
+# per-channel in both encodings vLLM uses: block_shape [0, 0] and the wNa16 oracle's [0, -1]
+# grouped includes the clause's boundary, group size 1 ("block_shape[1] > 0")
+_GROUP = {True: st.sampled_from((1, 32, 64, 128)), False: st.sampled_from((0, -1)), None: st.sampled_from((0, -1, 1, 32, 64, 128))}
 _PRESENT = {True: st.just(True), False: st.just(False), None: st.booleans()}
 _DTYPES = dtypes()
 _DTYPES_16 = st.sampled_from(("bfloat16", "float16"))
