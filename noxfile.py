@@ -183,17 +183,7 @@ POWER_OPTIONS = KNOWN_OPTIONS + ("--timeout=", "--limit=", "--budget=")
 
 def _power_python(session: nox.Session) -> str:
     """The Python of `.nox/_power`: cosmic-ray plus pytest/hypothesis for the harness's own tests."""
-    env_dir = ROOT / ".nox" / "_power"
-    py = env_dir / "bin" / "python"
-    stamp = env_dir / "moegate-stamp"
-    want = hashlib.sha256(repr((POWER_TOOL, PROJECT_DEPS)).encode()).hexdigest()
-    if not (py.exists() and stamp.exists() and stamp.read_text() == want):
-        session.log(f"building the power tool environment in {env_dir}")
-        shutil.rmtree(env_dir, ignore_errors=True)
-        session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
-        session.run(str(py), "-m", "pip", "install", "-q", POWER_TOOL, *PROJECT_DEPS, external=True)
-        stamp.write_text(want)
-    return str(py)
+    return str(_shared_env(session, "_power", [POWER_TOOL, *PROJECT_DEPS]))
 
 
 @nox.session(python=False)

@@ -69,4 +69,4 @@ def kernel_cases(
     return base.map(lambda c: _supported(c, entrypoint)).filter(_fits)
 
 
-__all__ = ["kernel_cases", "BIG_SHAPE", "MAX_KERNEL_TOKENS", "Quant"]
+__all__ = ["BIG_SHAPE", "MAX_KERNEL_TOKENS", "Quant", "kernel_cases"]

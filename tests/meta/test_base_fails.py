@@ -72,6 +72,7 @@ def base_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, ET.Element,
         capture_output=True,
         text=True,
         timeout=1800,
+        check=False,
     )
     (out / "base.log").write_text(proc.stdout + proc.stderr)
     if not junit.exists():

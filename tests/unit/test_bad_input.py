@@ -44,7 +44,7 @@ def test_unknown_entrypoint_is_refused_before_running():
 
 def test_cli_refuses_a_non_case_with_one_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "moegate", "spec", "{not json"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "moegate", "spec", "{not json"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert proc.returncode != 0
     assert proc.stderr.strip().startswith("moegate: not a case:") and proc.stderr.strip().count("\n") == 0
@@ -53,7 +53,7 @@ def test_cli_refuses_a_non_case_with_one_line():
 @pytest.mark.skipif(shutil.which("nox") is None, reason="nox is not installed in this environment (pip install nox)")
 def test_unknown_nox_argument_is_one_clear_error():
     proc = subprocess.run(
-        ["nox", "-s", "unit", "--", "--frobnicate"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        ["nox", "-s", "unit", "--", "--frobnicate"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode != 0
     assert "unknown argument '--frobnicate' for session unit" in proc.stdout + proc.stderr
