@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from moegate.vllm_target import TargetError, VllmTarget
 
     try:
-        target = VllmTarget()
+        target = VllmTarget(finish=False)  # the path is decided before any kernel runs
     except TargetError as exc:
         print(f"moegate: {exc}", file=sys.stderr)
         return 2

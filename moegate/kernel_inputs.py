@@ -21,8 +21,7 @@ import torch
 
 from moegate.case import MoECase, Quant
 from moegate.tensors import CaseTensors, routing_tensors, scale_shapes, torch_dtype, weight_shapes
-
-UVA_MARKER = "_vllm_is_uva_offloaded"
+from moegate.vllm_target import UVA_MARKER  # the constant only: this module imports no vLLM
 
 # standard deviation of (stored value - zero point) for uniformly drawn storage
 _Q_STD = {("int8_w8a16", False): 73.6, ("int8_w8a16", True): 73.9, ("int4_w4a16", True): 4.61}

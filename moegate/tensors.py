@@ -1,16 +1,12 @@
-"""Tensors for a case, built without vLLM so the torch reference can share them.
+"""Tensors for a case, built without vLLM: layouts, routing, and decision-only inputs.
 
-Two uses with opposite needs. The dispatch tier on a CPU stops every call at the
-first kernel launch, so values are never read: it asks for ``values=False`` and
-gets uninitialised weights from a per-shape cache (cheap: thousands of cases a
-second). The kernel tier reads every value: weights are drawn from a seeded
-generator, scaled so each layer's output is O(1) whatever the hidden size, which
-keeps the tolerance rule in ``moegate.reference`` meaningful.
+The layouts here (w13 ``[E_local, 2N, K]``, w2 ``[E_local, K, N]``, int4 packed two
+per byte, scale shapes) are shared with the kernel tier's ``moegate.kernel_inputs``,
+which draws real values; the dispatch tier only needs ``decision_tensors``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -72,45 +68,21 @@ def routing_tensors(case: MoECase, device: torch.device | str = "cpu") -> tuple[
     return weights, ids
 
 
-def make_tensors(
-    case: MoECase, device: torch.device | str = "cpu", *, values: bool = True, seed: int = 0
-) -> CaseTensors:
-    """Inputs for ``case``. With ``values=False`` weights are shared, uninitialised tensors (never read)."""
+def decision_tensors(case: MoECase, device: torch.device | str = "cpu") -> CaseTensors:
+    """Inputs for a decision-only call: right shapes and routing, uninitialised shared weights.
+
+    Such a call stops at the first kernel launch, so no weight value is ever read;
+    the weights come from a per-shape cache and cost nothing per case. Calls that
+    run to the end draw real values through ``moegate.kernel_inputs.WeightBank``.
+    """
     dtype = torch_dtype(case.dtype)
     s1, s2 = weight_shapes(case)
-    wdtype = _weight_dtype(case)
     topk_weights, topk_ids = routing_tensors(case, device)
     expert_map = None
     if case.expert_map is not None:
         expert_map = torch.tensor(case.expert_map.as_list(case.num_experts), dtype=torch.int32, device=device)
+    w1, w2 = _empty_weights(s1, s2, _weight_dtype(case), str(device))
+    hidden = torch.empty((case.num_tokens, case.hidden), dtype=dtype, device=device)
     scales = scale_shapes(case)
-
-    if not values:
-        w1, w2 = _empty_weights(s1, s2, wdtype, str(device))
-        hidden = torch.empty((case.num_tokens, case.hidden), dtype=dtype, device=device)
-        sc = (torch.empty(scales[0], device=device), torch.empty(scales[1], device=device)) if scales else (None, None)
-        return CaseTensors(hidden, w1, w2, topk_weights, topk_ids, expert_map, *sc)
-
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-
-    def randn(shape: tuple[int, ...], scale: float) -> torch.Tensor:
-        return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(dtype).to(device)
-
-    hidden = randn((case.num_tokens, case.hidden), 1.0)
-    if case.quant is None:
-        # N(0, 1/K) entries keep x @ w.T at unit variance, so outputs stay O(1)
-        w1 = randn(s1, 1.0 / math.sqrt(case.hidden))
-        w2 = randn(s2, 1.0 / math.sqrt(case.intermediate))
-        return CaseTensors(hidden, w1, w2, topk_weights, topk_ids, expert_map)
-    assert scales is not None
-    if case.quant.scheme == "int8_w8a16":
-        w1 = torch.randint(-127, 128, s1, generator=gen, dtype=torch.int8).to(device)
-        w2 = torch.randint(-127, 128, s2, generator=gen, dtype=torch.int8).to(device)
-        q = 127.0
-    else:
-        w1 = torch.randint(0, 256, s1, generator=gen, dtype=torch.uint8).to(device)
-        w2 = torch.randint(0, 256, s2, generator=gen, dtype=torch.uint8).to(device)
-        q = 8.0
-    w1_scale = randn(scales[0], 1.0).abs().add_(0.5).mul_(1.0 / (q * math.sqrt(case.hidden)))
-    w2_scale = randn(scales[1], 1.0).abs().add_(0.5).mul_(1.0 / (q * math.sqrt(case.intermediate)))
-    return CaseTensors(hidden, w1, w2, topk_weights, topk_ids, expert_map, w1_scale, w2_scale)
+    sc = (torch.empty(scales[0], device=device), torch.empty(scales[1], device=device)) if scales else (None, None)
+    return CaseTensors(hidden, w1, w2, topk_weights, topk_ids, expert_map, *sc)

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from moegate.case import ENTRYPOINTS, MoECase, Path
-from moegate.tensors import CaseTensors, make_tensors, torch_dtype
+from moegate.tensors import CaseTensors, decision_tensors, torch_dtype
 
 FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
 TRITON_MOE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
@@ -158,6 +158,7 @@ class VllmTarget:
         self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
         self.has_host_rule = hasattr(self.fm, "_weights_host_resident")
         self._experts_cache: dict[tuple[Any, ...], Any] = {}
+        self._bank: Any = None  # moegate.kernel_inputs.WeightBank, made on first run-to-the-end call
         if _RECORDERS.users == 0:
             self._install_recorders()
         _RECORDERS.users += 1
@@ -265,37 +266,40 @@ class VllmTarget:
 
     # --- residency -----------------------------------------------------------
 
-    def place(self, w: torch.Tensor, host: bool) -> torch.Tensor:
-        """``w`` as the layer would hold it: device memory, or host memory marked as UVA-offloaded.
+    @staticmethod
+    def mark(w: torch.Tensor, host: bool) -> torch.Tensor:
+        """A fresh tensor object over ``w``, carrying vLLM's UVA marker when ``host``.
 
-        When calls run to the end, a host-resident weight is pinned host memory seen
-        through vLLM's own UVA view op, exactly what ``--offload-backend uva`` leaves
-        behind. Decision-only calls never read the weights: there (and always on a
-        CPU) the marker alone is set, which is all the decision reads, and no
-        pinned copy is paid per case.
+        For decision-only calls: the decision reads the marker and nothing else, so
+        no pinned copy is paid per case. Calls that run to the end get real UVA
+        weights (``host_view``) through the ``WeightBank``.
         """
-        if not host:
-            return w.view(w.shape)  # a fresh tensor object: no marker from an earlier case
-        if self.finish:
-            return self.host_view(w)
-        view = w.view(w.shape)
-        setattr(view, UVA_MARKER, True)
+        view = w.view(w.shape)  # fresh object: no marker left from an earlier case
+        if host:
+            setattr(view, UVA_MARKER, True)
         return view
 
     # --- running a case --------------------------------------------------------
 
-    def tensors(self, case: MoECase, *, values: bool | None = None, seed: int = 0) -> CaseTensors:
-        """Inputs for ``case`` on this target's device (uninitialised, cached weights when calls stop at the decision)."""
-        values = self.finish if values is None else values
-        return make_tensors(case, self.device, values=values, seed=seed)
+    def run(self, case: MoECase, entrypoint: str) -> Observation:
+        """Call ``entrypoint`` on ``case`` with inputs built for this target's mode.
 
-    def run(self, case: MoECase, entrypoint: str, tensors: CaseTensors | None = None) -> Observation:
-        """Call ``entrypoint`` on ``case``; on CPU the call stops at the first kernel launch."""
+        Decision-only: uninitialised cached weights, the marker alone for host
+        residency. Run to the end: real values and UVA host weights from a
+        ``WeightBank`` kept for this target (built once per shape).
+        """
         if entrypoint not in ENTRYPOINTS:
             raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
-        t = tensors if tensors is not None else self.tensors(case)
-        w1 = self.place(t.w1, case.placement.w13_host)
-        w2 = self.place(t.w2, case.placement.w2_host)
+        if self.finish:
+            if self._bank is None:
+                from moegate.kernel_inputs import WeightBank
+
+                self._bank = WeightBank(self.device, self.host_view)
+            t, w1, w2 = self._bank.inputs(case)
+        else:
+            t = decision_tensors(case, self.device)
+            w1 = self.mark(t.w1, case.placement.w13_host)
+            w2 = self.mark(t.w2, case.placement.w2_host)
         return self.run_placed(case, entrypoint, t, w1, w2)
 
     def run_placed(
