@@ -71,9 +71,9 @@ def _shared_env(session: nox.Session, name: str, install: list[str], remove: lis
         session.log(f"building {env_dir} (once; rebuilt when its recipe changes)")
         shutil.rmtree(env_dir, ignore_errors=True)
         session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
-        session.run(str(py), "-m", "pip", "install", "-q", *install, external=True)
+        session.run(str(py), "-m", "pip", "install", "-qq", *install, external=True)
         if remove:
-            session.run(str(py), "-m", "pip", "uninstall", "-q", "-y", *remove, external=True)
+            session.run(str(py), "-m", "pip", "uninstall", "-qq", "-y", *remove, external=True)
         stamp.write_text(want)
     return py
 
