@@ -97,10 +97,6 @@ class Quant:
     scheme: str  # "int8_w8a16" | "int4_w4a16"
     group_size: int  # <= 0 = per-channel (vLLM passes 0 or -1 in block_shape[1]); > 0 = grouped
 
-    @property
-    def block_shape(self) -> list[int]:
-        return [0, self.group_size]
-
 
 class RoutingKind(str, Enum):
     UNIFORM = "uniform"  # each token: top_k distinct experts, uniformly at random

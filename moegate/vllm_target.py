@@ -21,7 +21,7 @@ import importlib
 import inspect
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -582,12 +582,3 @@ def describe_environment() -> dict[str, str]:
         info["cuda_runtime"] = str(torch.version.cuda)
     info["hypothesis_profile"] = os.environ.get("MOEGATE_PROFILE", "dev")
     return info
-
-
-@contextlib.contextmanager
-def attached() -> Iterator[VllmTarget]:
-    target = VllmTarget()
-    try:
-        yield target
-    finally:
-        target.close()
