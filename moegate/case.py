@@ -90,12 +90,36 @@ class ExpertMap:
         return [i - start if start <= i < end else -1 for i in range(num_experts)]
 
 
+WNA16_SCHEMES: tuple[str, ...] = ("int8_w8a16", "int4_w4a16")
+"""Weight-only schemes: 16-bit activations, integer weights (the rule's ``block_shape[1] > 0`` clause)."""
+
+QUANT_SCHEMES: tuple[str, ...] = (*WNA16_SCHEMES, "fp8_w8a8")
+
+
 @dataclass(frozen=True)
 class Quant:
-    """Weight-only quantization of the wNa16 Triton kernels (int8_w8a16, int4_w4a16)."""
+    """Quantized expert weights of the Triton fused MoE.
 
-    scheme: str  # "int8_w8a16" | "int4_w4a16"
-    group_size: int  # <= 0 = per-channel (vLLM passes 0 or -1 in block_shape[1]); > 0 = grouped
+    wNa16 (int8_w8a16, int4_w4a16): weight-only; ``group_size`` <= 0 is
+    per-channel (vLLM passes 0 or -1 in ``block_shape[1]``), > 0 is grouped.
+    fp8_w8a8: fp8 weights *and* activations (quantized dynamically inside the
+    call); ``group_size`` <= 0 is per-tensor (one weight scale per expert, one
+    activation scale per call), > 0 is block-wise (``block_shape=[g, g]``:
+    one weight scale per g x g tile, one activation scale per token and g
+    columns). fp8 never triggers the wNa16 clause, whatever its block shape.
+    """
+
+    scheme: str
+    group_size: int
+
+    def __post_init__(self) -> None:
+        if self.scheme not in QUANT_SCHEMES:
+            raise ValueError(f"unknown quantization scheme {self.scheme!r}; expected one of {QUANT_SCHEMES}")
+
+    @property
+    def weight_only(self) -> bool:
+        """True for the wNa16 schemes (the ones the dispatch rule names)."""
+        return self.scheme in WNA16_SCHEMES
 
 
 class RoutingKind(str, Enum):

@@ -18,9 +18,10 @@ TOKENS = tuple(range(1, 17))
 TOP_KS = (1, 2, 4, 8)
 EXPERTS = (8, 16, 32, 64, 128, 256)
 EXPERT_MAPS: tuple[ExpertMap | None, ...] = (None, ExpertMap(ep_size=2, ep_rank=0))
-QUANTS: tuple[Quant | None, ...] = (None, Quant("int4_w4a16", 128))
+QUANTS: tuple[Quant | None, ...] = (None, Quant("int4_w4a16", 128), Quant("fp8_w8a8", 128))
+"""Unquantized; grouped wNa16 (always aligns); fp8 128 x 128 blocks (``block_shape[1] > 0`` but not wNa16)."""
 
-COLUMNS = ("tokens", "top_k", "experts", "placement", "expert_map", "wna16", "legacy", "modular", "spec")
+COLUMNS = ("tokens", "top_k", "experts", "placement", "expert_map", "quant", "legacy", "modular", "spec")
 
 
 def grid() -> Iterator[MoECase]:

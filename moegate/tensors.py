@@ -20,7 +20,7 @@ class CaseTensors:
     """Inputs of one fused-MoE call, laid out as vLLM's Triton experts expect."""
 
     hidden_states: torch.Tensor  # [M, K]
-    w1: torch.Tensor  # [E_local, 2N, K] (K//2 packed for int4)
+    w1: torch.Tensor  # [E_local, 2N, K] (K//2 packed for int4; float8_e4m3fn for fp8)
     w2: torch.Tensor  # [E_local, K, N] (N//2 packed for int4)
     topk_weights: torch.Tensor  # [M, top_k] float32
     topk_ids: torch.Tensor  # [M, top_k] int32, global expert ids
@@ -40,10 +40,19 @@ def weight_shapes(case: MoECase) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (e, 2 * n, k // pack), (e, k, n // pack)
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def scale_shapes(case: MoECase) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Weight scale shapes: wNa16 per (row, group) or per row; fp8 per expert or per g x g tile."""
     if case.quant is None:
         return None
     e, n, k, g = case.local_experts, case.intermediate, case.hidden, case.quant.group_size
+    if not case.quant.weight_only:
+        if g > 0:
+            return (e, _cdiv(2 * n, g), _cdiv(k, g)), (e, _cdiv(k, g), _cdiv(n, g))
+        return (e,), (e,)
     if g > 0:
         return (e, 2 * n, k // g), (e, k, n // g)
     return (e, 2 * n, 1), (e, k, 1)
@@ -59,6 +68,8 @@ def _empty_weights(
 def _weight_dtype(case: MoECase) -> torch.dtype:
     if case.quant is None:
         return torch_dtype(case.dtype)
+    if not case.quant.weight_only:
+        return torch.float8_e4m3fn
     return torch.int8 if case.quant.scheme == "int8_w8a16" else torch.uint8
 
 

@@ -21,7 +21,7 @@ import importlib
 import inspect
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +71,7 @@ class _Recorders:
         self.record: Observation | None = None
         self.finish = False
         self.in_launch = False
+        self.trace: list[Launch] | None = None  # set by VllmTarget.trace(): every launch, any caller
 
 
 _RECORDERS = _Recorders()
@@ -101,6 +102,56 @@ class Observation:
         if self.align_calls > 0 and sorted_launches:
             return Path.SORTED.value
         return f"inconsistent(align_calls={self.align_calls}, sorted_token_ids_none={self.launches})"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch seen while tracing: its path and where its expert weight lives."""
+
+    naive: bool  # sorted_token_ids was None
+    weight_host: bool  # the launch's expert weight (w13 or w2) carries the UVA marker
+    rows: int  # rows of the launch's input (tokens for the w13 product, tokens*top_k for w2)
+    top_k: int  # top_k as passed to the launcher (1 for the w2 product)
+    experts: int  # leading dimension of the expert weight (local experts)
+
+
+@dataclass(frozen=True)
+class TracedCall:
+    """One fused-MoE call reconstructed from its two launches (w13 product, then w2 product)."""
+
+    tokens: int
+    top_k: int
+    experts: int
+    w13_host: bool
+    w2_host: bool
+    path: str  # "naive", "sorted", or "inconsistent(...)" when the two launches disagree
+
+    @property
+    def host_resident(self) -> bool:
+        return self.w13_host or self.w2_host
+
+
+class Trace:
+    """Launches recorded by ``VllmTarget.trace()``, from any caller in this process (an in-process engine too)."""
+
+    def __init__(self) -> None:
+        self.launches: list[Launch] = []
+
+    def calls(self) -> list[TracedCall]:
+        """Pair the launches into calls. Each Triton fused-MoE call launches the w13 product then the w2 product."""
+        if len(self.launches) % 2:
+            raise AssertionError(f"odd number of fused-MoE launches traced ({len(self.launches)}): a call was cut short")
+        out = []
+        for first, second in zip(self.launches[::2], self.launches[1::2]):
+            path = (
+                Path.NAIVE.value
+                if first.naive and second.naive
+                else Path.SORTED.value
+                if not first.naive and not second.naive
+                else f"inconsistent(w13 naive={first.naive}, w2 naive={second.naive})"
+            )
+            out.append(TracedCall(first.rows, first.top_k, first.experts, first.weight_host, second.weight_host, path))
+        return out
 
 
 def _import(name: str) -> Any:
@@ -185,6 +236,8 @@ class VllmTarget:
         for mod in (self.fm, self.tm):
             if hasattr(mod, "moe_align_block_size"):
                 self._patch(mod, "moe_align_block_size", self._align_recorder(real_align))
+            if hasattr(mod, "moe_kernel_quantize_input"):
+                self._patch(mod, "moe_kernel_quantize_input", self._quantize_stand_in(mod.moe_kernel_quantize_input))
             for name in _LAUNCHERS:
                 if hasattr(mod, name):
                     self._patch(mod, name, self._launch_recorder(getattr(mod, name)))
@@ -230,11 +283,48 @@ class VllmTarget:
         moe_align_block_size.__wrapped_align__ = real  # type: ignore[attr-defined]
         return moe_align_block_size
 
+    def _quantize_stand_in(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        """vLLM's activation quantizer, or, in decision-only calls, shaped stand-ins.
+
+        fp8 calls quantize their input before the path decision; on a CPU vLLM's
+        quantization ops do not exist, and the decision reads only shapes. So a
+        call that stops at the first launch gets an fp8 tensor of the input's
+        shape and unit scales (one, or one per token and block column); a call
+        that runs to the end gets the real quantization.
+        """
+        sig = inspect.signature(real)
+
+        def moe_kernel_quantize_input(*args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(*args, **kwargs)
+            quant_dtype = bound.arguments.get("quant_dtype")
+            if _RECORDERS.finish or quant_dtype is None or not isinstance(quant_dtype, torch.dtype):
+                return real(*args, **kwargs)
+            a = bound.arguments["A"]
+            block = bound.arguments.get("block_shape")
+            rows = a.shape[0]
+            cols = 1 if not block else -(-a.shape[-1] // block[1])
+            scale = torch.ones((rows, cols) if block else (1,), dtype=torch.float32, device=a.device)
+            return torch.empty(a.shape, dtype=quant_dtype, device=a.device), scale
+
+        return moe_kernel_quantize_input
+
     def _launch_recorder(self, real: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(real)
 
         def launch(*args: Any, **kwargs: Any) -> Any:
             rec = _RECORDERS.record
+            if _RECORDERS.trace is not None and not _RECORDERS.in_launch:
+                bound = sig.bind_partial(*args, **kwargs)
+                a, b = bound.arguments.get("A"), bound.arguments.get("B")
+                _RECORDERS.trace.append(
+                    Launch(
+                        naive=bound.arguments.get("sorted_token_ids") is None,
+                        weight_host=bool(getattr(b, UVA_MARKER, False)),
+                        rows=int(a.shape[0]) if a is not None else -1,
+                        top_k=int(bound.arguments.get("top_k", -1)),
+                        experts=int(b.shape[0]) if b is not None else -1,
+                    )
+                )
             if rec is not None and not _RECORDERS.in_launch:
                 bound = sig.bind_partial(*args, **kwargs)
                 naive = bound.arguments.get("sorted_token_ids") is None
@@ -263,6 +353,25 @@ class VllmTarget:
 
         launch.__name__ = getattr(real, "__name__", "launch")
         return launch
+
+    @contextlib.contextmanager
+    def trace(self) -> Iterator[Trace]:
+        """Record every fused-MoE kernel launch in this process while the block runs, letting each finish.
+
+        For callers that are not this adapter: an in-process vLLM engine
+        (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) running a real model's FusedMoE
+        layers. Needs CUDA: the launches run to the end.
+        """
+        self._need_cuda("tracing a running engine")
+        if _RECORDERS.trace is not None:
+            raise RuntimeError("a trace is already active in this process")
+        tr = Trace()
+        saved = _RECORDERS.finish
+        _RECORDERS.trace, _RECORDERS.finish = tr.launches, True
+        try:
+            yield tr
+        finally:
+            _RECORDERS.trace, _RECORDERS.finish = None, saved
 
     # --- residency -----------------------------------------------------------
 
@@ -467,10 +576,23 @@ class VllmTarget:
 
         replace_parameter(module, name, tensor)
 
+    @staticmethod
+    def _block_shape(case: MoECase) -> list[int] | None:
+        """fp8's ``block_shape``: ``[g, g]`` block-wise, None per-tensor."""
+        assert case.quant is not None and not case.quant.weight_only
+        g = case.quant.group_size
+        return [g, g] if g > 0 else None
+
     def _quant_config(self, case: MoECase, t: CaseTensors) -> Any:
         cfg = importlib.import_module(FUSED_MOE_PKG + ".config")
         if case.quant is None:
             return cfg.FUSED_MOE_UNQUANTIZED_CONFIG
+        if not case.quant.weight_only:
+            # dynamic activation scales (a1/a2 None): what vLLM's fp8 MoE method passes for
+            # checkpoints without static activation scales
+            return cfg.fp8_w8a8_moe_quant_config(
+                w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=self._block_shape(case)
+            )
         g = case.quant.group_size
         if g > 0 or not self.finish:
             # vLLM's wNa16 oracle passes block_shape=[0, group_size], per-channel as 0 or -1:
@@ -524,7 +646,8 @@ class VllmTarget:
         if "max_num_tokens" in fields:
             kwargs["max_num_tokens"] = 512
         moe_config = cfgmod.FusedMoEConfig(**kwargs)
-        cls = self.tm.TritonExperts if case.quant is None else self.tm.TritonWNA16Experts
+        wna16 = case.quant is not None and case.quant.weight_only
+        cls = self.tm.TritonWNA16Experts if wna16 else self.tm.TritonExperts
         experts = cls(moe_config, self._quant_config(case, t))
         if case.quant is None:
             self._experts_cache[key] = experts
@@ -542,9 +665,15 @@ class VllmTarget:
         workspace13 = torch.empty(ws13_shape, dtype=dtype, device=dev)
         workspace2 = torch.empty(ws2_shape, dtype=dtype, device=dev)
         output = torch.zeros(out_shape, dtype=dtype, device=dev)
+        hidden, a1q_scale = t.hidden_states, None
+        if case.quant is not None and not case.quant.weight_only:
+            # the modular kernel's prepare step quantizes the input before the experts run
+            hidden, a1q_scale = self.tm.moe_kernel_quantize_input(
+                t.hidden_states, None, self._fp8_dtype(), False, self._block_shape(case)
+            )
         experts.apply(
             output,
-            t.hidden_states,
+            hidden,
             w1,
             w2,
             t.topk_weights,
@@ -552,7 +681,7 @@ class VllmTarget:
             activation,
             case.num_experts,
             t.expert_map,
-            None,
+            a1q_scale,
             None,
             workspace13,
             workspace2,
@@ -560,6 +689,12 @@ class VllmTarget:
             case.apply_router_weight_on_input,
         )
         return output
+
+
+    def _fp8_dtype(self) -> torch.dtype:
+        from vllm.platforms import current_platform
+
+        return current_platform.fp8_dtype()
 
 
 def describe_environment() -> dict[str, str]:

@@ -24,6 +24,8 @@ from moegate.case import (
     DTYPES,
     ExpertMap,
     MoECase,
+    QUANT_SCHEMES,
+    WNA16_SCHEMES,
     Placement,
     Quant,
     Routing,
@@ -111,9 +113,7 @@ def expert_maps(num_experts: int) -> st.SearchStrategy[ExpertMap]:
 def quants(group: bool | None = None) -> st.SearchStrategy[Quant]:
     """wNa16 weight-only quantization; ``group``: only grouped / only per-channel / both."""
     sizes = {True: (32, 64, 128), False: (0,), None: (0, 32, 64, 128)}[group]
-    return st.builds(
-        Quant, scheme=st.sampled_from(("int8_w8a16", "int4_w4a16")), group_size=st.sampled_from(sizes)
-    )
+    return st.builds(Quant, scheme=st.sampled_from(WNA16_SCHEMES), group_size=st.sampled_from(sizes))
 
 
 def _optional(flag: bool | None, strategy: st.SearchStrategy[T]) -> st.SearchStrategy[T | None]:
@@ -138,10 +138,19 @@ _ON_BOUNDARY = st.booleans()
 _ROUTINGS = routings()
 _EP_SIZE = st.sampled_from((2, 4, 8))
 _EP_RANK = st.integers(0, 7)
-_QUANT_SCHEME = st.sampled_from(("int8_w8a16", "int4_w4a16"))
-# per-channel in both encodings vLLM uses: block_shape [0, 0] and the wNa16 oracle's [0, -1]
+SCHEME_FAMILIES: dict[str | None, tuple[str, ...]] = {
+    "wna16": WNA16_SCHEMES,
+    "fp8": ("fp8_w8a8",),
+    None: QUANT_SCHEMES,
+}
+"""``moe_cases(schemes=...)``: the weight-only integer schemes, fp8, or any."""
+_QUANT_SCHEME = {name: st.sampled_from(schemes) for name, schemes in SCHEME_FAMILIES.items()}
+# wNa16: per-channel in both encodings vLLM uses: block_shape [0, 0] and the wNa16 oracle's [0, -1];
 # grouped includes the clause's boundary, group size 1 ("block_shape[1] > 0")
 _GROUP = {True: st.sampled_from((1, 32, 64, 128)), False: st.sampled_from((0, -1)), None: st.sampled_from((0, -1, 1, 32, 64, 128))}
+# fp8: per-tensor, or the 128 x 128 blocks of DeepSeek-style checkpoints (block_shape[1] = 128 > 0,
+# which must not trigger the wNa16 clause)
+_FP8_GROUP = {True: st.just(128), False: st.just(0), None: st.sampled_from((0, 128))}
 _PRESENT = {True: st.just(True), False: st.just(False), None: st.booleans()}
 _DTYPES = dtypes()
 _DTYPES_16 = st.sampled_from(("bfloat16", "float16"))
@@ -165,6 +174,7 @@ def moe_cases(
     expert_map: bool | None = False,
     quant: bool | None = False,
     group: bool | None = None,
+    schemes: str | None = None,
     dtype: str | None = None,
     kernel_shapes: bool = False,
     max_tokens: int = MAX_TOKENS,
@@ -174,6 +184,8 @@ def moe_cases(
     ``region``: ``"naive"`` (tokens*top_k*4 <= experts), ``"outside"``, or None for
     either, with the boundary drawn on purpose. ``expert_map`` / ``quant``: always,
     never (the default, so each property states what it covers) or None for either.
+    ``schemes``: the quantization family (``SCHEME_FAMILIES``); ``group``: grouped
+    (block-wise for fp8), per-channel (per-tensor for fp8) or either.
     ``kernel_shapes``: experts/hidden/intermediate from ``KERNEL_SHAPES``.
     """
     if isinstance(placement, Placement):
@@ -215,9 +227,10 @@ def moe_cases(
             emap = ExpertMap(ep_size=size, ep_rank=draw(_EP_RANK) % size)
     q = None
     if draw(_PRESENT[quant]):
-        q = Quant(scheme=draw(_QUANT_SCHEME), group_size=draw(_GROUP[group]))
+        scheme = draw(_QUANT_SCHEME[schemes])
+        q = Quant(scheme=scheme, group_size=draw((_FP8_GROUP if scheme == "fp8_w8a8" else _GROUP)[group]))
     if dtype is None:
-        # wNa16 kernels take 16-bit activations only
+        # wNa16 kernels take 16-bit activations only; fp8 models run with 16-bit activations
         dtype = draw(_DTYPES_16 if q is not None else _DTYPES)
     on_input = top_k == 1 and draw(_BOOL)
     return MoECase(

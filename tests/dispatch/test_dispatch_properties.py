@@ -68,13 +68,24 @@ def test_expert_map_takes_sorted_path(target, entrypoint, case):
 
 
 @entrypoints
-@given(case=moe_cases(quant=True, group=True))
+@given(case=moe_cases(quant=True, schemes="wna16", group=True))
 def test_wna16_with_group_size_takes_sorted_path(target, entrypoint, case):
     assert assert_path(target, case, entrypoint) == "sorted"
 
 
 @entrypoints
-@given(case=moe_cases(quant=True, group=False, expert_map=None))
+@given(case=moe_cases(quant=True, schemes="wna16", group=False, expert_map=None))
 def test_wna16_per_channel_follows_spec(target, entrypoint, case):
     """Per-channel wNa16: the legacy entrypoint may go naive, the modular wNa16 experts always align."""
+    assert_path(target, case, entrypoint)
+
+
+@entrypoints
+@given(case=moe_cases(quant=True, schemes="fp8", expert_map=None))
+def test_fp8_follows_the_unquantized_rule(target, entrypoint, case):
+    """fp8 weights (per-tensor or 128 x 128 blocks): naive in the region on device, sorted on the host.
+
+    Block-wise fp8 passes ``block_shape[1] = 128 > 0``; only wNa16 may let that force the alignment.
+    """
+    aim_at_boundary(case)
     assert_path(target, case, entrypoint)

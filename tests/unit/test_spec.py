@@ -54,6 +54,20 @@ def test_modular_wna16_always_aligns_but_legacy_per_channel_may_not():
     assert expected_path(case, "modular").path is Path.SORTED
 
 
+@pytest.mark.parametrize("group", [0, 128])
+def test_fp8_follows_the_unquantized_rule_even_with_blocks(group):
+    device = MoECase(num_tokens=1, top_k=2, num_experts=64, quant=Quant("fp8_w8a8", group))
+    host = MoECase.from_dict({**device.to_dict(), "placement": {"w13_host": True, "w2_host": False}})
+    for ep in ENTRYPOINTS:
+        assert expected_path(device, ep).path is Path.NAIVE
+        assert expected_path(host, ep).path is Path.SORTED
+
+
+def test_unknown_quant_scheme_is_rejected():
+    with pytest.raises(ValueError, match="unknown quantization scheme"):
+        Quant("int2_w2a16", 0)
+
+
 def test_modular_counts_local_experts_only_without_expert_map():
     with_map = MoECase(num_tokens=1, top_k=1, num_experts=64, expert_map=ExpertMap(4, 1))
     assert experts_counted(with_map, "modular") == 64
@@ -100,6 +114,6 @@ def test_expert_map_always_sorted(case):
     assert all(expected_path(case, ep).path is Path.SORTED for ep in ENTRYPOINTS)
 
 
-@given(case=moe_cases(quant=True, group=True))
+@given(case=moe_cases(quant=True, schemes="wna16", group=True))
 def test_grouped_wna16_always_sorted(case):
     assert all(expected_path(case, ep).path is Path.SORTED for ep in ENTRYPOINTS)
