@@ -53,5 +53,5 @@ def run_checked(target: Any, bank: WeightBank, case: MoECase, entrypoint: str) -
     obs = target.run_placed(case, entrypoint, t, w1, w2)
     if obs.output is None:
         raise AssertionError(f"{entrypoint} did not complete for {case.short()} (path {obs.path})")
-    closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant is not None)
+    closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant)
     return KernelResult(case, entrypoint, obs.path, obs.output, closeness)

@@ -59,6 +59,10 @@ def _draw(case: MoECase, device: torch.device) -> WeightSet:
     q = case.quant
     if q is None:
         return WeightSet(randn(s1, 1 / math.sqrt(k)), randn(s2, 1 / math.sqrt(n)), None, None)
+    if not q.weight_only:
+        w1, sc1 = _fp8_weights(torch.randn(s1, generator=gen, device=device) / math.sqrt(k), q.group_size)
+        w2, sc2 = _fp8_weights(torch.randn(s2, generator=gen, device=device) / math.sqrt(n), q.group_size)
+        return WeightSet(w1, w2, sc1, sc2)
     grouped = q.group_size > 0
     if grouped:  # unsigned storage with an implicit zero point (int4 packed two per byte)
         w1 = torch.randint(0, 256, s1, generator=gen, device=device, dtype=torch.uint8)
@@ -73,6 +77,28 @@ def _draw(case: MoECase, device: torch.device) -> WeightSet:
     w1_scale = (randn(sc[0], 1.0).float().abs() + 0.5).div(1.3 * qstd * math.sqrt(k)).to(dtype)
     w2_scale = (randn(sc[1], 1.0).float().abs() + 0.5).div(1.3 * qstd * math.sqrt(n)).to(dtype)
     return WeightSet(w1, w2, w1_scale, w2_scale)
+
+
+def _fp8_weights(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """float8_e4m3fn weights and float32 scales, as an fp8 checkpoint stores them.
+
+    Per-tensor (``group`` <= 0): one scale per expert. Block-wise: one per
+    ``group`` x ``group`` tile (edge tiles partial). Each scale maps its absolute
+    maximum onto the largest fp8 value, so the whole fp8 range is used.
+    """
+    fp8_max = torch.finfo(torch.float8_e4m3fn).max
+    if group <= 0:
+        scale = w.abs().amax(dim=(1, 2)).clamp_min(1e-12) / fp8_max
+        full = scale.reshape(-1, 1, 1)
+    else:
+        e, rows, cols = w.shape
+        pr, pc = (-rows) % group, (-cols) % group
+        tiles = torch.nn.functional.pad(w, (0, pc, 0, pr)).reshape(e, (rows + pr) // group, group,
+                                                                   (cols + pc) // group, group)
+        scale = tiles.abs().amax(dim=(2, 4)).clamp_min(1e-12) / fp8_max
+        full = scale.repeat_interleave(group, dim=1).repeat_interleave(group, dim=2)[:, :rows, :cols]
+    q = (w / full).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
+    return q, scale.float().contiguous()
 
 
 class WeightBank:

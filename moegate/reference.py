@@ -37,6 +37,18 @@ in the compute dtype), 4 for float32 (TF32 rounds x, w13, the activation and
 w2), and 8 for wNa16 weights. The factor 2 covers the maximum over thousands of
 output elements of errors that are sums of random roundings (a few sigma).
 
+fp8_w8a8 quantizes the activations too, inside the call: the input once per
+call (per-tensor: one scale for the whole batch; block-wise: one per token and
+g columns), and the activation output before the second product (likewise; the
+per-tensor scale spans every routed pair). ``reference_moe`` emulates both
+quantizations from their definition (scale = absolute maximum / 448, the largest
+float8_e4m3fn value; values divided by it and rounded to float8_e4m3fn), with
+the first product and the activation rounded to the compute dtype first, as the
+kernel stores them. What is left is the rounding above plus rare flips of one
+fp8 step (2**-3 relative) in the second quantization, where the kernel's
+intermediate and the reference's round differently near a step; ``r_in`` for
+fp8 covers those (``OPERAND_ROUNDINGS["fp8"]``, calibrated like wNa16's).
+
 Measured on an H200 with vLLM 0.33.0 (500 generated cases, results/): worst
 error 4.2 u (A + rms A) for 16-bit unquantized, 6.2 u for float32 (TF32), and
 14.6 u for grouped int4/int8 wNa16. The wNa16 allowance (8 operand roundings:
@@ -59,7 +71,7 @@ from moegate.case import Quant
 ROUNDINGS = 4
 """Roundings of intermediate values to the compute dtype between input and output."""
 
-OPERAND_ROUNDINGS = {"float32": 4, "wNa16": 8, "16-bit": 0}
+OPERAND_ROUNDINGS = {"float32": 4, "wNa16": 8, "fp8": 8, "16-bit": 0}
 """r_in in the tolerance rule: roundings of the products' operands (see module docstring)."""
 
 SPREAD = 2
@@ -73,6 +85,12 @@ UNIT_ROUNDOFF: dict[torch.dtype, float] = {
 
 ZERO_POINT = {"int4_w4a16": 8, "int8_w8a16": 128}
 """Implicit zero point of grouped wNa16 weights stored unsigned (no explicit zero points)."""
+
+FP8_MAX = 448.0
+"""Largest finite float8_e4m3fn value: dynamic scales map each absolute maximum onto it."""
+
+FP8_EPS = 1e-10
+"""Floor of a block-wise absolute maximum, so an all-zero group gets a finite scale."""
 
 
 @dataclass
@@ -90,13 +108,25 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack((low, high), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
 
 
-def dequantize(w: torch.Tensor, scale: torch.Tensor, quant: Quant) -> torch.Tensor:
-    """Float32 weights from wNa16 storage.
+def _expand_tiles(scale: torch.Tensor, g: int, rows: int, cols: int) -> torch.Tensor:
+    """[E, ceil(R/g), ceil(C/g)] tile scales -> [E, R, C], one value per element."""
+    return scale.float().repeat_interleave(g, dim=1).repeat_interleave(g, dim=2)[:, :rows, :cols]
 
-    Per-channel (group size 0, int8 only): signed int8 times one scale per output row.
-    Grouped: (unsigned stored value - implicit zero point) times one scale per
-    (output row, group of ``group_size`` input columns).
+
+def dequantize(w: torch.Tensor, scale: torch.Tensor, quant: Quant) -> torch.Tensor:
+    """Float32 weights from quantized storage.
+
+    wNa16 per-channel (group size 0, int8 only): signed int8 times one scale per
+    output row. wNa16 grouped: (unsigned stored value - implicit zero point) times
+    one scale per (output row, group of ``group_size`` input columns).
+    fp8 per-tensor: float8_e4m3fn times one scale per expert; fp8 block-wise:
+    times one scale per ``group_size`` x ``group_size`` tile.
     """
+    if quant.scheme == "fp8_w8a8":
+        q = w.float()
+        if quant.group_size > 0:
+            return q * _expand_tiles(scale, quant.group_size, q.shape[1], q.shape[2])
+        return q * scale.float().reshape(-1, 1, 1)
     if quant.scheme == "int4_w4a16":
         q = unpack_int4(w)
     elif quant.scheme == "int8_w8a16":
@@ -110,6 +140,84 @@ def dequantize(w: torch.Tensor, scale: torch.Tensor, quant: Quant) -> torch.Tens
     q = q - ZERO_POINT[quant.scheme]
     s = scale.float().repeat_interleave(quant.group_size, dim=-1)
     return q.float() * s
+
+
+def quantize_activation(x: torch.Tensor, quant: Quant) -> torch.Tensor:
+    """``x`` [rows, cols] after fp8 dynamic quantization and back, in float32.
+
+    Per-tensor (group size <= 0): one scale for the whole tensor. Block-wise: one
+    scale per row and ``group_size`` columns. The scale maps the absolute maximum
+    to ``FP8_MAX``; values are multiplied by its reciprocal, clamped and rounded.
+    """
+    x = x.float()
+    if quant.group_size > 0:
+        g = quant.group_size
+        rows, cols = x.shape
+        pad = (-cols) % g
+        xp = F.pad(x, (0, pad)).reshape(rows, -1, g)
+        scale = xp.abs().amax(dim=-1, keepdim=True).clamp_min(FP8_EPS) / FP8_MAX
+        q = (xp * (1.0 / scale)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        return (q.float() * scale).reshape(rows, -1)[:, :cols]
+    amax = x.abs().max()
+    if amax == 0:
+        return torch.zeros_like(x)
+    scale = amax / FP8_MAX
+    q = (x * (1.0 / scale)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q.float() * scale
+
+
+def _expert_weights(
+    e: int, w1: torch.Tensor, w2: torch.Tensor, quant: Quant | None,
+    w1_scale: torch.Tensor | None, w2_scale: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if quant is None:
+        return w1[e].float(), w2[e].float()
+    assert w1_scale is not None and w2_scale is not None, "quantized weights need their scales"
+    return (
+        dequantize(w1[e : e + 1], w1_scale[e : e + 1], quant)[0],
+        dequantize(w2[e : e + 1], w2_scale[e : e + 1], quant)[0],
+    )
+
+
+def _reference_fp8(
+    hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
+    apply_router_weight_on_input: bool, quant: Quant, w1_scale: torch.Tensor, w2_scale: torch.Tensor,
+) -> Reference:
+    """fp8_w8a8: both activations quantized as the module docstring says, in two passes.
+
+    The second quantization's per-tensor scale spans every routed pair, so all
+    first products are computed before any second product. The router weight on
+    the input scales the first product's output (the kernel quantizes the
+    unscaled input and scales its accumulator), which is the same in exact
+    arithmetic as scaling the input.
+    """
+    cdtype = hidden_states.dtype
+    m, k = hidden_states.shape
+    top_k = ids.shape[1]
+    n = w2.shape[2]
+    xq = quantize_activation(hidden_states, quant)
+    act = torch.zeros((m, top_k, n), dtype=torch.float32, device=xq.device)
+    experts = torch.unique(ids[ids >= 0]).tolist()
+    for e in experts:
+        tok, slot = (ids == e).nonzero(as_tuple=True)
+        w1e, _ = _expert_weights(e, w1, w2, quant, w1_scale, w2_scale)
+        h = xq[tok] @ w1e.T
+        if apply_router_weight_on_input:
+            h = h * weights[tok, slot].unsqueeze(1)
+        h = h.to(cdtype).float()  # the kernel stores the first product in the compute dtype
+        act[tok, slot] = (F.silu(h[:, :n]) * h[:, n:]).to(cdtype).float()
+    aq = quantize_activation(act.reshape(m * top_k, n), quant).reshape(m, top_k, n)
+    out = torch.zeros((m, k), dtype=torch.float32, device=xq.device)
+    mag = torch.zeros_like(out)
+    for e in experts:
+        tok, slot = (ids == e).nonzero(as_tuple=True)
+        _, w2e = _expert_weights(e, w1, w2, quant, w1_scale, w2_scale)
+        y = aq[tok, slot] @ w2e.T
+        if not apply_router_weight_on_input:
+            y = y * weights[tok, slot].unsqueeze(1)
+        out.index_add_(0, tok, y)
+        mag.index_add_(0, tok, y.abs())
+    return Reference(out, mag)
 
 
 def reference_moe(
@@ -136,17 +244,15 @@ def reference_moe(
     if expert_map is not None:
         ids = expert_map.long()[ids]
     weights = topk_weights.float()
+    if quant is not None and not quant.weight_only:
+        assert w1_scale is not None and w2_scale is not None, "fp8 weights need their scales"
+        return _reference_fp8(hidden_states, w1, w2, weights, ids, apply_router_weight_on_input, quant,
+                              w1_scale, w2_scale)
     out = torch.zeros((m, k), dtype=torch.float32, device=x.device)
     mag = torch.zeros_like(out)
     for e in torch.unique(ids[ids >= 0]).tolist():
         tok, slot = (ids == e).nonzero(as_tuple=True)
-        if quant is None:
-            w1e, w2e = w1[e].float(), w2[e].float()
-        else:
-            assert w1_scale is not None and w2_scale is not None, "quantized weights need their scales"
-            w1e, w2e = dequantize(w1[e : e + 1], w1_scale[e : e + 1], quant)[0], dequantize(
-                w2[e : e + 1], w2_scale[e : e + 1], quant
-            )[0]
+        w1e, w2e = _expert_weights(e, w1, w2, quant, w1_scale, w2_scale)
         n = w1e.shape[0] // 2
         route = weights[tok, slot].unsqueeze(1)
         xin = x[tok] * route if apply_router_weight_on_input else x[tok]
@@ -159,10 +265,10 @@ def reference_moe(
     return Reference(out, mag)
 
 
-def rounding_count(dtype: torch.dtype, quantized: bool = False) -> int:
+def rounding_count(dtype: torch.dtype, quant: Quant | None = None) -> int:
     """C in the tolerance rule: ``SPREAD * (ROUNDINGS + r_in)``."""
-    if quantized:
-        r_in = OPERAND_ROUNDINGS["wNa16"]
+    if quant is not None:
+        r_in = OPERAND_ROUNDINGS["wNa16" if quant.weight_only else "fp8"]
     elif dtype == torch.float32:
         r_in = OPERAND_ROUNDINGS["float32"]
     else:
@@ -170,12 +276,12 @@ def rounding_count(dtype: torch.dtype, quantized: bool = False) -> int:
     return SPREAD * (ROUNDINGS + r_in)
 
 
-def tolerance(ref: Reference, dtype: torch.dtype, quantized: bool = False) -> torch.Tensor:
+def tolerance(ref: Reference, dtype: torch.dtype, quant: Quant | None = None) -> torch.Tensor:
     """Elementwise bound ``C * u * (A + rms(A))`` from the module docstring."""
     u = UNIT_ROUNDOFF[dtype]
     a = ref.magnitude
     rms = a.pow(2).mean(dim=-1, keepdim=True).sqrt()  # per token: the second product mixes within a row
-    return rounding_count(dtype, quantized) * u * (a + rms)
+    return rounding_count(dtype, quant) * u * (a + rms)
 
 
 @dataclass
@@ -194,10 +300,10 @@ class Closeness:
         )
 
 
-def compare(output: torch.Tensor, ref: Reference, dtype: torch.dtype, quantized: bool = False) -> Closeness:
+def compare(output: torch.Tensor, ref: Reference, dtype: torch.dtype, quant: Quant | None = None) -> Closeness:
     """Compare a kernel output with the reference under the tolerance rule."""
     err = (output.float() - ref.output).abs()
-    tol = tolerance(ref, dtype, quantized)
+    tol = tolerance(ref, dtype, quant)
     ratio = (err / tol.clamp_min(torch.finfo(torch.float32).tiny)).max().item() if err.numel() else 0.0
     finite = bool(torch.isfinite(output.float()).all())
     peak = ref.output.abs().max().item() if err.numel() else 0.0

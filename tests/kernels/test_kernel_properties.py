@@ -17,7 +17,7 @@ from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Placement
 from moegate.kernel_check import run_checked
 from moegate.spec import expected_path
 from strategies.kernels import kernel_cases
-from tests.kernels.conftest import kernel_settings
+from tests.kernels.conftest import FP8, FP8_SKIP, QUANT_FAMILY, kernel_settings
 
 pytestmark = pytest.mark.kernels
 
@@ -35,8 +35,8 @@ def with_placement(case: MoECase, placement: Placement) -> MoECase:
 @kernel_settings
 @given(data=st.data())
 def test_output_matches_reference(cuda_target, bank, warm, entrypoint, data):
-    """Every placement, expert maps and (legacy/modular-supported) wNa16 weights: within the stated tolerance."""
-    case = data.draw(kernel_cases(entrypoint, expert_map=None, quant=None), label="case")
+    """Every placement, expert maps, wNa16 and fp8 weights (where supported): within the stated tolerance."""
+    case = data.draw(kernel_cases(entrypoint, expert_map=None, quant=None, schemes=QUANT_FAMILY), label="case")
     result = run_checked(cuda_target, bank, case, entrypoint)
     assert result.closeness.ok, "output outside the tolerance of moegate.reference:\n" + result.describe()
 
@@ -108,3 +108,26 @@ def test_expert_parallel_ranks_sum_to_the_whole_layer(cuda_target, bank, warm, e
     err = (total - whole.output.float()).abs().max().item()
     bound = size * max(whole.closeness.max_abs_err, 1e-30) + size * 4 * 2**-8 * whole.output.float().abs().max().item()
     assert err <= bound, f"sum over {size} ranks differs from the whole layer by {err:.3g} > {bound:.3g}\n" + whole.describe()
+
+
+@pytest.mark.skipif(not FP8, reason=FP8_SKIP)
+@entrypoints
+@kernel_settings
+@given(data=st.data())
+def test_fp8_weights_on_every_path_and_placement(cuda_target, bank, warm, entrypoint, data):
+    """fp8_w8a8 (per-tensor and 128 x 128 blocks): device weights take the spec's path, host weights sorted,
+    both within the tolerance, and the outputs bitwise equal (the same kernel config and reduction order,
+    and the same dynamic activation scales, on both paths).
+    """
+    case = data.draw(kernel_cases(entrypoint, placement=DEVICE, quant=True, schemes="fp8", expert_map=False),
+                     label="case")
+    host = data.draw(HOST, label="host placement")
+    dev = run_checked(cuda_target, bank, case, entrypoint)
+    uva = run_checked(cuda_target, bank, with_placement(case, host), entrypoint)
+    assert dev.closeness.ok and uva.closeness.ok, dev.describe() + "\n" + uva.describe()
+    assert dev.path == expected_path(case, entrypoint).path.value, dev.describe()
+    assert uva.path == "sorted", f"host-resident fp8 weights took {uva.path}\n{uva.describe()}"
+    diff = (dev.output.float() - uva.output.float()).abs().max().item()
+    assert torch.equal(dev.output, uva.output), (
+        f"fp8 {dev.path} (device) and sorted (host) outputs differ (max |diff| {diff:.3g})\n" + uva.describe()
+    )

@@ -187,7 +187,7 @@ def test_tolerance_scales_with_dtype_and_magnitude():
     rms = math.sqrt(5.0)
     assert tolerance(ref, torch.bfloat16).tolist()[0] == pytest.approx([8 * 2**-8 * (1 + rms), 8 * 2**-8 * (3 + rms)])
     assert tolerance(ref, torch.float32)[0, 0] == pytest.approx(16 * 2**-11 * (1 + rms))
-    assert tolerance(ref, torch.bfloat16, quantized=True)[0, 0] == pytest.approx(24 * 2**-8 * (1 + rms))
+    assert tolerance(ref, torch.bfloat16, Quant("int8_w8a16", 0))[0, 0] == pytest.approx(24 * 2**-8 * (1 + rms))
     assert tolerance(ref, torch.float16)[0, 0] < tolerance(ref, torch.bfloat16)[0, 0]
     doubled = Reference(torch.zeros(1, 2), 2 * mag)
     assert torch.allclose(tolerance(doubled, torch.bfloat16), 2 * tolerance(ref, torch.bfloat16))
