@@ -13,7 +13,7 @@ import torch
 
 from moegate.case import MoECase
 from moegate.kernel_inputs import WeightBank
-from moegate.reference import Closeness, Reference, compare, reference_moe
+from moegate.reference import Closeness, Reference, compare, compare_fp8, reference_moe
 from moegate.tensors import CaseTensors, torch_dtype
 
 
@@ -53,5 +53,12 @@ def run_checked(target: Any, bank: WeightBank, case: MoECase, entrypoint: str) -
     obs = target.run_placed(case, entrypoint, t, w1, w2)
     if obs.output is None:
         raise AssertionError(f"{entrypoint} did not complete for {case.short()} (path {obs.path})")
-    closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant)
+    if case.quant is not None and not case.quant.weight_only:
+        closeness = compare_fp8(
+            obs.output, t.hidden_states, t.w1, t.w2, t.topk_weights, t.topk_ids, case.quant,
+            t.w1_scale, t.w2_scale, obs.quantized,
+            expert_map=t.expert_map, apply_router_weight_on_input=case.apply_router_weight_on_input,
+        )
+    else:
+        closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant)
     return KernelResult(case, entrypoint, obs.path, obs.output, closeness)

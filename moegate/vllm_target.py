@@ -89,6 +89,9 @@ class Observation:
     naive_assignments: list[tuple[list[int], list[int], int]] = field(default_factory=list)
     completed: bool = False
     output: torch.Tensor | None = None
+    # calls run to the end with fp8 activations: each (quantized tensor, scales) vLLM produced, in order
+    # (the input, then the activation output before the second product)
+    quantized: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
     @property
     def path(self) -> str:
@@ -241,6 +244,10 @@ class VllmTarget:
             for name in _LAUNCHERS:
                 if hasattr(mod, name):
                     self._patch(mod, name, self._launch_recorder(getattr(mod, name)))
+        ops = getattr(self.tm, "ops", None)  # vllm._custom_ops, as the modular experts see it
+        if ops is not None and hasattr(ops, "silu_and_mul_per_block_quant"):
+            # fp8 128x128 blocks at the modular entrypoint: activation and quantization fused in one op
+            self._patch(ops, "silu_and_mul_per_block_quant", self._quantized_recorder(ops.silu_and_mul_per_block_quant))
 
     def _patch(self, mod: Any, name: str, value: Any) -> None:
         _RECORDERS.patches.append((mod, name, getattr(mod, name)))
@@ -297,8 +304,13 @@ class VllmTarget:
         def moe_kernel_quantize_input(*args: Any, **kwargs: Any) -> Any:
             bound = sig.bind(*args, **kwargs)
             quant_dtype = bound.arguments.get("quant_dtype")
-            if _RECORDERS.finish or quant_dtype is None or not isinstance(quant_dtype, torch.dtype):
+            if quant_dtype is None or not isinstance(quant_dtype, torch.dtype):
                 return real(*args, **kwargs)
+            if _RECORDERS.finish:
+                out = real(*args, **kwargs)
+                if _RECORDERS.record is not None:
+                    _RECORDERS.record.quantized.append(out)
+                return out
             a = bound.arguments["A"]
             block = bound.arguments.get("block_shape")
             rows = a.shape[0]
@@ -307,6 +319,18 @@ class VllmTarget:
             return torch.empty(a.shape, dtype=quant_dtype, device=a.device), scale
 
         return moe_kernel_quantize_input
+
+    def _quantized_recorder(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        """Pass through; note the (quantized, scales) output for the kernel tier's staged fp8 check."""
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            out = real(*args, **kwargs)
+            if _RECORDERS.record is not None and _RECORDERS.finish:
+                _RECORDERS.record.quantized.append(out)
+            return out
+
+        recorded.__name__ = getattr(real, "__name__", "recorded")
+        return recorded
 
     def _launch_recorder(self, real: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(real)

@@ -115,3 +115,84 @@ def test_fp8_reference_is_not_the_unquantized_one_and_tolerance_rejects_a_droppe
     w_drop[0, 0] = 0
     dropped = reference_moe(x, w1, w2, w_drop, ids, quant=PER_TENSOR, w1_scale=s1, w2_scale=s2).output
     assert not compare(dropped.bfloat16(), ref, torch.bfloat16, PER_TENSOR).ok
+
+
+# --- the staged check the kernel tier runs on fp8 calls --------------------------------
+
+
+def fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, quant, *, wrong_expert=False, drop_output_expert=False):
+    """A CPU stand-in for vLLM's fp8 call: quantize, first product (bf16), quantize, second product (bf16)."""
+    from moegate.reference import dequantize_activation, fp8_quantize
+
+    m, top_k = ids.shape
+    n = w2.shape[2]
+    xq, xs = fp8_quantize(x, quant)
+    xk = dequantize_activation(xq, xs, quant.group_size)[0]
+    act = torch.zeros(m, top_k, n)
+    for t in range(m):
+        for s in range(top_k):
+            e = int(ids[t, s]) + (1 if wrong_expert and (t, s) == (0, 0) else 0)
+            w1e = dequantize(w1[e : e + 1], s1[e : e + 1], quant)[0]
+            h = (xk[t] @ w1e.T).bfloat16().float()
+            act[t, s] = (F.silu(h[:n]) * h[n:]).bfloat16().float()
+    aq, a_s = fp8_quantize(act.reshape(m * top_k, n), quant)
+    mid = dequantize_activation(aq, a_s, quant.group_size)[0].reshape(m, top_k, n)
+    out = torch.zeros(m, x.shape[1])
+    for t in range(m):
+        for s in range(top_k):
+            if drop_output_expert and (t, s) == (0, 0):
+                continue
+            e = int(ids[t, s])
+            w2e = dequantize(w2[e : e + 1], s2[e : e + 1], quant)[0]
+            out[t] += (w[t, s] * (mid[t, s] @ w2e.T)).bfloat16().float()
+    return out.bfloat16(), [(xq, xs), (aq, a_s)]
+
+
+def fp8_problem(seed, quant):
+    g = torch.Generator().manual_seed(seed)
+    e, m, k, hid, inter = 8, 3, 4, 256, 128
+    x = torch.randn(m, hid, generator=g).bfloat16()
+    w1, s1 = _fp8_weights(torch.randn(e, 2 * inter, hid, generator=g) / math.sqrt(hid), quant.group_size)
+    w2, s2 = _fp8_weights(torch.randn(e, hid, inter, generator=g) / math.sqrt(inter), quant.group_size)
+    ids = torch.stack([torch.randperm(e - 1, generator=g)[:k] for _ in range(m)]).to(torch.int32)
+    w = torch.rand(m, k, generator=g) + 0.05
+    return x, w1, s1, w2, s2, w / w.sum(-1, keepdim=True), ids
+
+
+FP8_BLOCK_128 = Quant("fp8_w8a8", 128)
+
+
+@given(seed=st.integers(0, 2**31 - 1), quant=st.sampled_from([PER_TENSOR, FP8_BLOCK_128]))
+def test_staged_fp8_check_passes_a_faithful_kernel(seed, quant):
+    from moegate.reference import compare_fp8
+
+    x, w1, s1, w2, s2, w, ids = fp8_problem(seed, quant)
+    out, quantized = fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, quant)
+    result = compare_fp8(out, x, w1, w2, w, ids, quant, s1, s2, quantized)
+    assert result.ok, result
+
+
+@pytest.mark.parametrize("quant", [PER_TENSOR, FP8_BLOCK_128])
+@pytest.mark.parametrize("fault", ["wrong_expert", "drop_output_expert", "input_scale"])
+def test_staged_fp8_check_names_the_stage_a_fault_is_in(quant, fault):
+    from moegate.reference import compare_fp8
+
+    x, w1, s1, w2, s2, w, ids = fp8_problem(7, quant)
+    out, quantized = fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, quant,
+                                     wrong_expert=fault == "wrong_expert",
+                                     drop_output_expert=fault == "drop_output_expert")
+    if fault == "input_scale":  # the kernel read its fp8 input under twice the scale it stored
+        (xq, xs), mid = quantized
+        quantized = [(xq, xs * 2), mid]
+    result = compare_fp8(out, x, w1, w2, w, ids, quant, s1, s2, quantized)
+    stage = {"wrong_expert": "first product", "drop_output_expert": "second product", "input_scale": "input"}[fault]
+    assert not result.ok and result.stages[stage] > 1, result
+
+
+def test_staged_fp8_check_wants_both_quantized_activations():
+    from moegate.reference import compare_fp8
+
+    x, w1, s1, w2, s2, w, ids = fp8_problem(1, PER_TENSOR)
+    out, quantized = fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, PER_TENSOR)
+    with pytest.raises(AssertionError, match="recorded 1 quantized"):
+        compare_fp8(out, x, w1, w2, w, ids, PER_TENSOR, s1, s2, quantized[:1])
