@@ -474,6 +474,16 @@ class VllmTarget:
         if not self.cuda:
             raise TargetError(f"{what} needs a CUDA GPU")
 
+    def uva_available(self) -> bool:
+        """Whether vLLM can read host memory in place here (UVA: pinned memory mapped for the GPU)."""
+        if not self.cuda:
+            return False
+        try:
+            from vllm.utils.platform_utils import is_uva_available
+        except ImportError:  # a release without the helper: pinned memory is the requirement
+            return bool(torch.cuda.is_available())
+        return bool(is_uva_available())
+
     def host_view(self, w: torch.Tensor, *, mark: bool = True) -> torch.Tensor:
         """Pinned host copy of ``w`` seen through vLLM's UVA view op; ``mark=False`` leaves the marker off.
 

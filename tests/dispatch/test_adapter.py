@@ -41,3 +41,10 @@ def test_a_stopped_call_leaves_no_kernel_config_override_behind(target):
             obs = target.run(MoECase(num_tokens=1, top_k=1, num_experts=8), ep)
             assert not obs.completed
             assert target.pkg.get_config() is sentinel, f"{ep}: the call left {target.pkg.get_config()} behind"
+
+
+def test_uva_is_reported_only_where_a_gpu_can_read_host_memory(target):
+    """The kernel tier skips with a reason where UVA is missing; on a CPU it is missing by definition."""
+    assert target.uva_available() is (torch.cuda.is_available() and target.uva_available())
+    if not torch.cuda.is_available():
+        assert target.uva_available() is False
