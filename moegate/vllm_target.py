@@ -300,6 +300,7 @@ class VllmTarget:
         that runs to the end gets the real quantization.
         """
         sig = inspect.signature(real)
+        recorded = self._quantized_recorder(real)
 
         def moe_kernel_quantize_input(*args: Any, **kwargs: Any) -> Any:
             bound = sig.bind(*args, **kwargs)
@@ -307,10 +308,7 @@ class VllmTarget:
             if quant_dtype is None or not isinstance(quant_dtype, torch.dtype):
                 return real(*args, **kwargs)
             if _RECORDERS.finish:
-                out = real(*args, **kwargs)
-                if _RECORDERS.record is not None:
-                    _RECORDERS.record.quantized.append(out)
-                return out
+                return recorded(*args, **kwargs)
             a = bound.arguments["A"]
             block = bound.arguments.get("block_shape")
             rows = a.shape[0]
