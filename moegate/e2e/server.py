@@ -1,0 +1,252 @@
+"""One real vLLM OpenAI server, started from a build's own Python and always torn down.
+
+Modelled on what vLLM's own test helper (``RemoteOpenAIServer``) does, written anew:
+the server runs as ``python -m vllm.entrypoints.openai.api_server`` (the CPU build's
+``vllm`` command is broken, the module works for every release) on a free loopback
+port, in a process group of its own so that its engine-core child goes with it;
+``/health`` is polled until it answers; the whole log is kept in a file; on exit the
+group gets SIGTERM, then SIGKILL, and on a GPU the runner waits until the device
+memory is given back, so the next start measures what it should.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from moegate.e2e.build import Build
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+QUIET_ENV = {
+    # nothing may be fetched at run time, and nothing phoned home
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+class ServerError(RuntimeError):
+    """The server did not start, died or timed out; the message ends with its last log lines."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def hf_cache_dirs() -> list[Path]:
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    dirs = [Path(os.environ["HF_HUB_CACHE"])] if os.environ.get("HF_HUB_CACHE") else []
+    return [*dirs, home / "hub"]
+
+
+def resolve_model(model: str | os.PathLike[str]) -> str:
+    """A model directory, or a hub name found in the local cache; anything else is one clear line.
+
+    The gate runs offline: a hub name that is not in the cache is an error, not a download.
+    """
+    text = str(model)
+    path = Path(text).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ServerError(f"model {text}: a path, but no config.json in it")
+        return str(path.resolve())
+    if text.count("/") == 1 and not text.startswith((".", "/", "~")):
+        folder = "models--" + text.replace("/", "--")
+        for cache in hf_cache_dirs():
+            snaps = cache / folder / "snapshots"
+            if snaps.is_dir() and any(snaps.iterdir()):
+                return text
+        where = ", ".join(str(c) for c in hf_cache_dirs())
+        raise ServerError(f"model {text} is not in the local Hugging Face cache ({where}); the gate runs offline")
+    raise ServerError(f"model {text}: no such directory")
+
+
+def gpu_memory_used_mib() -> int | None:
+    """Device memory in use on every GPU together (nvidia-smi), or None without one."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30, check=False,
+        ).stdout
+        return sum(int(v) for v in out.split() if v.strip().isdigit())
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a group of zombies only is gone for our purpose
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+class Server:
+    """``with Server(build, model, args, log_path=...) as srv:`` — a fresh server per ``with``."""
+
+    def __init__(
+        self,
+        build: Build,
+        model: str | os.PathLike[str],
+        args: Sequence[str] = (),
+        *,
+        log_path: Path,
+        startup_timeout_s: float = 900,
+        served_name: str | None = None,
+        port: int | None = None,
+        stop_timeout_s: float = 30,
+        gpu_release_timeout_s: float = 120,
+    ) -> None:
+        self.build = build
+        self.model = resolve_model(model)
+        self.args = tuple(args)
+        self.log_path = Path(log_path)
+        self.startup_timeout_s = startup_timeout_s
+        self.model_name = served_name or "moegate-model"
+        if port is not None and port_in_use(port):
+            raise ServerError(f"port {port} on 127.0.0.1 is in use")
+        self._fixed_port = port
+        self.port = 0
+        self.url = ""
+        self.stop_timeout_s = stop_timeout_s
+        self.gpu_release_timeout_s = gpu_release_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_s: float | None = None
+
+    # --- the command -----------------------------------------------------------
+
+    def argv(self) -> list[str]:
+        return [
+            self.build.python, "-m", SERVER_MODULE,
+            "--model", self.model,
+            "--served-model-name", self.model_name,
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            *self.build.server_args,
+            *self.args,
+        ]  # fmt: skip
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-n:])
+
+    def _fail(self, what: str) -> ServerError:
+        return ServerError(f"{what}; server log {self.log_path}, last lines:\n{self.log_tail()}")
+
+    # --- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        self.port = self._fixed_port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._gpu_before = gpu_memory_used_mib()
+        env = {**self.build.environ(), **QUIET_ENV}
+        with open(self.log_path, "ab") as log:
+            log.write(f"# moegate: {' '.join(self.argv())}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(  # noqa: S603 - the build's own interpreter, our own argv
+                self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True,
+            )  # fmt: skip
+        t0 = time.monotonic()
+        deadline = t0 + self.startup_timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise self._fail(f"server of build {self.build.label} exited with {self.proc.returncode} while starting")
+            if self._healthy():
+                self.started_s = time.monotonic() - t0
+                return
+            if time.monotonic() > deadline:
+                raise self._fail(f"server of build {self.build.label} not healthy after {self.startup_timeout_s:.0f} s")
+            time.sleep(1.0)
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:  # noqa: S310 - loopback
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            code = None if self.proc is None else self.proc.returncode
+            raise self._fail(f"server of build {self.build.label} died (exit {code})")
+
+    def stop(self) -> None:
+        """SIGTERM to the group, SIGKILL after ``stop_timeout_s``; then wait for the GPU memory."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout_s
+        while time.monotonic() < deadline and (self.proc.poll() is None or _group_alive(pgid)):
+            time.sleep(0.2)
+        if self.proc.poll() is None or _group_alive(pgid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        end = time.monotonic() + 10
+        while _group_alive(pgid) and time.monotonic() < end:
+            time.sleep(0.2)
+        if self._gpu_before is not None:
+            end = time.monotonic() + self.gpu_release_timeout_s
+            while time.monotonic() < end:
+                used = gpu_memory_used_mib()
+                if used is None or used <= self._gpu_before + 1024:
+                    break
+                time.sleep(1.0)
+        self.proc = None
+
+    def __enter__(self) -> Server:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
