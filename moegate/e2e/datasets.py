@@ -1,0 +1,55 @@
+"""Where the e2e tier's data comes from, checked before use; never copied into the project.
+
+GSM8K is read from the shared folder beside the checkout (``../shared/data/gsm8k``),
+from ``MOEGATE_GSM8K_DIR``, or from an explicit option; each file's sha256 must be the
+one its source published (``shared/data/gsm8k/README.md``), so a truncated or edited
+copy is one clear error instead of a silently different benchmark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GSM8K_SHA256 = {
+    "test.jsonl": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
+    "train.jsonl": "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
+}
+GSM8K_RECORDS = {"test.jsonl": 1319, "train.jsonl": 7473}
+
+
+class DataError(RuntimeError):
+    """A data file that is missing or not the published one."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def gsm8k_dir(option: str | os.PathLike[str] | None = None) -> Path:
+    """The GSM8K folder: the option, else ``MOEGATE_GSM8K_DIR``, else ``../shared/data/gsm8k``."""
+    if option:
+        return Path(option).expanduser()
+    if os.environ.get("MOEGATE_GSM8K_DIR"):
+        return Path(os.environ["MOEGATE_GSM8K_DIR"]).expanduser()
+    return ROOT.parent / "shared" / "data" / "gsm8k"
+
+
+def gsm8k_file(name: str, directory: str | os.PathLike[str] | None = None) -> Path:
+    """``test.jsonl`` or ``train.jsonl``, after checking its sha256."""
+    if name not in GSM8K_SHA256:
+        raise DataError(f"unknown GSM8K file {name!r}; known: {', '.join(GSM8K_SHA256)}")
+    path = gsm8k_dir(directory) / name
+    if not path.is_file():
+        raise DataError(f"GSM8K file {path} is missing (set --gsm8k-dir or MOEGATE_GSM8K_DIR)")
+    got = sha256_file(path)
+    if got != GSM8K_SHA256[name]:
+        raise DataError(f"GSM8K file {path} has sha256 {got}, expected {GSM8K_SHA256[name]}")
+    return path

@@ -1,0 +1,209 @@
+"""The greedy gate: the same prompts, temperature 0, token by token equal between two builds.
+
+A pass sends the prompts in waves of ``in_flight``: one completions request carrying
+the wave's prompts, so the engine receives them together, and the next wave only
+after the last one finished. With ``ignore_eos`` every sequence of a wave ends at the
+same step, so a wave's batches are the same from run to run: what vLLM needs to
+promise the same output (same version, hardware and batch composition). Token ids
+come back as ids (``return_tokens_as_token_ids``) with the top two log-probabilities
+at every position, so a divergence report can tell a near-tie flip (two candidates
+within a few hundredths of a nat) from a real bug.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from moegate.e2e.client import post
+from moegate.e2e.prompts import Prompt
+from moegate.e2e.verdict import GateResult
+
+MAX_TOKENS = 128
+TOP_LOGPROBS = 2
+NEAR_TIE_NATS = 0.05
+SHOWN_TOKENS = 12
+
+Decode = Callable[[Sequence[int]], str]
+
+
+@dataclass
+class Completion:
+    prompt_id: str
+    prompt_sha256: str
+    token_ids: list[int]
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
+    """Per position, the top candidates as (token id, logprob), best first."""
+
+    def record(self, in_flight: int) -> dict[str, Any]:
+        return {
+            "prompt_id": self.prompt_id,
+            "prompt_sha256": self.prompt_sha256,
+            "in_flight": in_flight,
+            "token_ids": self.token_ids,
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Completion:
+        return cls(rec["prompt_id"], rec["prompt_sha256"], [int(t) for t in rec["token_ids"]])
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.record(0), "top": self.top}
+
+
+def _token_id(token: str) -> int:
+    if not token.startswith("token_id:"):
+        raise ValueError(f"token {token!r} is not an id: the server ignored return_tokens_as_token_ids")
+    return int(token.split(":", 1)[1])
+
+
+def parse_choice(choice: dict[str, Any]) -> tuple[list[int], list[list[tuple[int, float]]]]:
+    lp = choice.get("logprobs") or {}
+    ids = [_token_id(t) for t in lp.get("tokens") or []]
+    top = []
+    for cand in lp.get("top_logprobs") or []:
+        pairs = sorted(((_token_id(t), float(v)) for t, v in (cand or {}).items()), key=lambda p: -p[1])
+        top.append(pairs)
+    return ids, top
+
+
+def run_pass(
+    url: str,
+    model_name: str,
+    prompts: Sequence[Prompt],
+    in_flight: int,
+    *,
+    max_tokens: int = MAX_TOKENS,
+    seed: int = 0,
+    check_alive: Callable[[], None] | None = None,
+) -> list[Completion]:
+    """One pass over the prompts, ``in_flight`` at a time, in the prompts' order."""
+    if in_flight < 1:
+        raise ValueError(f"in_flight={in_flight} < 1")
+    out: list[Completion] = []
+    for start in range(0, len(prompts), in_flight):
+        wave = prompts[start : start + in_flight]
+        body = {
+            "model": model_name,
+            "prompt": [p.text for p in wave],
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "seed": seed,
+            "ignore_eos": True,
+            "logprobs": TOP_LOGPROBS,
+            "return_tokens_as_token_ids": True,
+        }
+        try:
+            resp = post(url.rstrip("/") + "/v1/completions", body)
+        except Exception:
+            if check_alive is not None:
+                check_alive()  # a dead server is the better error: it carries the log
+            raise
+        choices = sorted(resp["choices"], key=lambda c: c["index"])
+        if len(choices) != len(wave):
+            raise RuntimeError(f"asked for {len(wave)} completions, got {len(choices)}")
+        for p, c in zip(wave, choices, strict=True):
+            ids, top = parse_choice(c)
+            if len(ids) != max_tokens:
+                raise RuntimeError(f"prompt {p.id}: {len(ids)} tokens back, {max_tokens} asked for with ignore_eos")
+            out.append(Completion(p.id, p.sha256, ids, top))
+    return out
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _top_at(c: Completion, pos: int) -> list[tuple[int, float]]:
+    return c.top[pos] if pos < len(c.top) else []
+
+
+def _fmt_top(top: list[tuple[int, float]]) -> str:
+    if not top:
+        return "(not recorded)"
+    shown = ", ".join(f"{t} ({lp:.4f})" for t, lp in top)
+    if len(top) >= 2:
+        margin = top[0][1] - top[1][1]
+        tie = " near tie" if margin < NEAR_TIE_NATS else ""
+        shown += f"; margin {margin:.4f} nats{tie}"
+    return shown
+
+
+def compare(
+    a_label: str,
+    a: Sequence[Completion],
+    b_label: str,
+    b: Sequence[Completion],
+    *,
+    gate: str,
+    decode: Decode | None = None,
+) -> GateResult:
+    """Token-by-token equality of two passes over the same prompts, with a divergence report."""
+    by_id = {c.prompt_id: c for c in b}
+    diffs: list[dict[str, Any]] = []
+    missing = [c.prompt_id for c in a if c.prompt_id not in by_id]
+    if missing or len(a) != len(b):
+        return GateResult(gate, False, f"{a_label} and {b_label} ran different prompt sets (missing: {missing[:5]})")
+    for ca in a:
+        cb = by_id[ca.prompt_id]
+        if ca.prompt_sha256 != cb.prompt_sha256:
+            diffs.append({"prompt_id": ca.prompt_id, "position": None, "reason": "different prompt text (hash)"})
+            continue
+        pos = first_divergence(ca.token_ids, cb.token_ids)
+        if pos is None:
+            continue
+        d: dict[str, Any] = {
+            "prompt_id": ca.prompt_id,
+            "position": pos,
+            a_label: ca.token_ids[pos : pos + SHOWN_TOKENS],
+            b_label: cb.token_ids[pos : pos + SHOWN_TOKENS],
+            f"{a_label}_top": _top_at(ca, pos),
+            f"{b_label}_top": _top_at(cb, pos),
+        }
+        if decode is not None:
+            d[f"{a_label}_text"] = decode(ca.token_ids[pos:])
+            d[f"{b_label}_text"] = decode(cb.token_ids[pos:])
+        diffs.append(d)
+    n = len(a)
+    if not diffs:
+        return GateResult(gate, True, f"{n} of {n} completions token-identical ({a_label} vs {b_label})")
+    lines = [
+        f"| prompt | first divergent token | {a_label} from there | {b_label} from there | top-2 at that position, {a_label} | top-2, {b_label} |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for d in diffs:
+        if d["position"] is None:
+            lines.append(f"| {d['prompt_id']} | - | {d['reason']} | | | |")
+            continue
+        show_a = repr(d.get(f"{a_label}_text", "")[:80]) if decode else d[a_label]
+        show_b = repr(d.get(f"{b_label}_text", "")[:80]) if decode else d[b_label]
+        lines.append(
+            f"| {d['prompt_id']} | {d['position']} | {show_a} `{d[a_label]}` | {show_b} `{d[b_label]}` "
+            f"| {_fmt_top(d[f'{a_label}_top'])} | {_fmt_top(d[f'{b_label}_top'])} |"
+        )
+    return GateResult(
+        gate,
+        False,
+        f"{len(diffs)} of {n} completions differ between {a_label} and {b_label}",
+        "\n".join(lines),
+        diffs,
+    )
+
+
+def tokenizer_decoder(model_dir: str) -> Decode | None:
+    """Decode token ids with the model's own ``tokenizer.json`` when it and ``tokenizers`` are here."""
+    from pathlib import Path
+
+    path = Path(model_dir) / "tokenizer.json"
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    if not path.is_file():
+        return None
+    tok = Tokenizer.from_file(str(path))
+    return lambda ids: str(tok.decode(list(ids), skip_special_tokens=False))

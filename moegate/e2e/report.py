@@ -1,0 +1,56 @@
+"""The e2e result page: Markdown that fits a CI job summary, written atomically."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from moegate.e2e.verdict import GateResult
+from moegate.golden import atomic_write
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render(
+    title: str,
+    runs: Sequence[object],
+    results: Sequence[GateResult],
+    *,
+    commands: Sequence[str],
+    error: str | None = None,
+    notes: Sequence[str] = (),
+) -> str:
+    passed = error is None and bool(results) and all(r.passed for r in results)
+    verdict = "ERROR" if error else ("PASS" if passed else "FAIL")
+    out = [f"# {title}: {verdict}", ""]
+    if error:
+        out += ["The run stopped before every gate could run; no golden was written.", "", "```", error, "```", ""]
+    if runs:
+        out += ["| build | vLLM | torch | device | flags | server start (s) | greedy (s) | GSM8K (s) |"]
+        out += ["| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in runs:
+            info, secs = r.info, r.seconds  # type: ignore[attr-defined]
+            start = r.start_s  # type: ignore[attr-defined]
+            out.append(
+                f"| {r.build.label} | {info.get('vllm')} | {info.get('torch')} | {_cell(info.get('device'))} "  # type: ignore[attr-defined]
+                f"| `{_cell(' '.join(r.build.server_args)) or '-'}` | {start and f'{start:.0f}'} "  # type: ignore[attr-defined]
+                f"| {secs.get('greedy', 0):.0f} | {secs.get('gsm8k', 0):.0f} |"
+            )
+        out.append("")
+    if results:
+        out += ["| gate | verdict | summary |", "| --- | --- | --- |"]
+        out += [f"| {_cell(r.gate)} | {r.verdict} | {_cell(r.summary)} |" for r in results]
+        out.append("")
+    for r in results:
+        if not r.passed and r.details_markdown:
+            out += [f"## {r.gate}", "", r.details_markdown, ""]
+    if notes:
+        out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    out += ["## Reproduce", "", "```sh", *commands, "```", ""]
+    return "\n".join(out)
+
+
+def write(path: Path, text: str) -> None:
+    atomic_write(path, text)

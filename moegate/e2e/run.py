@@ -1,0 +1,205 @@
+"""One e2e run: each build served once, every gate run against that one start, then compared.
+
+Per build, in order: describe it (its vLLM must import), start its server with the
+common flags plus its own, run the greedy passes (1 in flight; then ``c`` in flight
+twice, which must be byte-identical before two builds are compared there), run
+GSM8K through lm-eval, stop the server. The gates of one build share one server
+start because the start is the cost (about 40-100 s on a 2-core CPU, 70-110 s on the
+H200). Then: each gate compares base with PR and each build with its golden.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moegate.e2e import goldens, greedy
+from moegate.e2e.build import Build
+from moegate.e2e.prompts import Prompt
+from moegate.e2e.server import Server
+from moegate.e2e.verdict import GateResult
+from moegate.tiny_model import model_hash
+
+GATES = ("greedy", "gsm8k")
+
+
+@dataclass
+class Options:
+    model: str
+    server_args: tuple[str, ...]
+    gates: tuple[str, ...] = GATES
+    in_flight: tuple[int, ...] = (1, 4)
+    max_tokens: int = greedy.MAX_TOKENS
+    eval_python: str | None = None
+    gsm8k_limit: int = 250
+    gsm8k_task: str = "moegate_gsm8k"
+    gsm8k_dir: str | None = None
+    startup_timeout_s: float = 900
+    bless: bool = False
+
+
+@dataclass
+class BuildRun:
+    build: Build
+    info: dict[str, Any] = field(default_factory=dict)
+    start_s: float | None = None
+    greedy: dict[int, list[greedy.Completion]] = field(default_factory=dict)
+    repeat: dict[int, list[greedy.Completion]] = field(default_factory=dict)
+    gsm8k: Any = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def device_class(info: dict[str, Any]) -> str:
+    """The device part of a golden's key: the GPU's name, or the CPU's widest vector ISA."""
+    dev = str(info.get("device", "cpu"))
+    if dev != "cpu":
+        return dev
+    flags = ""
+    try:
+        flags = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags"))
+    except (OSError, StopIteration):
+        pass
+    for isa in ("amx_bf16", "avx512_bf16", "avx512f", "avx2"):
+        if f" {isa}" in flags:
+            return f"cpu-{isa}"
+    return f"cpu-{platform.machine()}"
+
+
+def flag_value(flags: Sequence[str], name: str, default: str) -> str:
+    for i, f in enumerate(flags):
+        if f == name and i + 1 < len(flags):
+            return flags[i + 1]
+        if f.startswith(name + "="):
+            return f.split("=", 1)[1]
+    return default
+
+
+def serve_and_measure(build: Build, prompts: Sequence[Prompt], opts: Options, out: Path) -> BuildRun:
+    """Start the build's server once and run every asked-for gate against it."""
+    from moegate.e2e import gsm8k
+
+    run = BuildRun(build, info=build.describe())
+    log = out / f"server-{build.label}.log"
+    t0 = time.monotonic()
+    with Server(build, opts.model, opts.server_args, log_path=log, startup_timeout_s=opts.startup_timeout_s) as srv:
+        run.start_s = srv.started_s
+        if "greedy" in opts.gates:
+            t = time.monotonic()
+            for c in opts.in_flight:
+                kw = {"max_tokens": opts.max_tokens, "check_alive": srv.check_alive}
+                run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
+                if c > 1:  # the same build twice at c in flight: the precondition for comparing two builds there
+                    run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
+            run.seconds["greedy"] = time.monotonic() - t
+        if "gsm8k" in opts.gates:
+            t = time.monotonic()
+            run.gsm8k = gsm8k.run_on_server(
+                srv, out / f"gsm8k-{build.label}", python=opts.eval_python or "",
+                limit=opts.gsm8k_limit, task=opts.gsm8k_task, data=opts.gsm8k_dir,
+            )  # fmt: skip
+            run.seconds["gsm8k"] = time.monotonic() - t
+    run.seconds["total"] = time.monotonic() - t0
+    raw = {
+        "build": build.label, "info": run.info, "start_s": run.start_s, "seconds": run.seconds,
+        "greedy": {str(c): [x.to_json() for x in v] for c, v in run.greedy.items()},
+        "repeat": {str(c): [x.to_json() for x in v] for c, v in run.repeat.items()},
+    }  # fmt: skip
+    (out / f"greedy-{build.label}.json").write_text(json.dumps(raw) + "\n")
+    return run
+
+
+def golden_key(gate: str, run: BuildRun, opts: Options, in_flight: int | None) -> goldens.Key:
+    flags = (*opts.server_args, *run.build.server_args)
+    return goldens.Key(
+        gate=gate,
+        vllm=str(run.info.get("vllm", "unknown")),
+        device=device_class(run.info),
+        dtype=flag_value(flags, "--dtype", "auto"),
+        model_hash=model_hash(opts.model) if Path(opts.model).is_dir() else opts.model.replace("/", "--"),
+        flags=tuple(a for a in flags if a),
+        in_flight=in_flight,
+    )
+
+
+def provenance(run: BuildRun, opts: Options, in_flight: int | None) -> dict[str, Any]:
+    return {
+        "vllm": run.info.get("vllm"), "torch": run.info.get("torch"), "python": run.info.get("python"),
+        "device": run.info.get("device"), "driver": run.info.get("driver"), "model": opts.model,
+        "model_hash": model_hash(opts.model) if Path(opts.model).is_dir() else None,
+        "flags": [*opts.server_args, *run.build.server_args], "in_flight": in_flight,
+        "date": _dt.date.today().isoformat(), "produced_by": "python -m moegate.e2e run --bless",
+    }  # fmt: skip
+
+
+def check_golden(gate: str, run: BuildRun, opts: Options, in_flight: int | None, decode: greedy.Decode | None) -> GateResult:
+    """One build's records against the golden of its key (or blessed into it)."""
+    from moegate.e2e import gsm8k
+
+    key = golden_key(gate, run, opts, in_flight)
+    name = f"{gate} golden, {run.build.label}" + (f", {in_flight} in flight" if in_flight else "")
+    if gate == "greedy":
+        records = [c.record(in_flight or 1) for c in run.greedy[in_flight or 1]]
+    else:
+        records = run.gsm8k.records
+    try:
+        outcome = goldens.check(key, provenance(run, opts, in_flight), records, bless=opts.bless)
+    except goldens.GoldenError as exc:
+        return GateResult(name, False, str(exc), "")
+    if outcome.status in ("blessed", "match"):
+        return GateResult(name, True, outcome.message, "")
+    if outcome.status == "missing":
+        return GateResult(name, False, outcome.message, "")
+    assert outcome.records is not None
+    if gate == "greedy":
+        want = [greedy.Completion.from_record(r) for r in outcome.records]
+        res = greedy.compare("golden", want, run.build.label, run.greedy[in_flight or 1], gate=name, decode=decode)
+    else:
+        res = gsm8k.compare(outcome.records, records, labels=("golden", run.build.label), gate=name)
+    res.passed = False
+    res.summary = f"{outcome.message}: {res.summary}"
+    return res
+
+
+def compare_builds(base: BuildRun, pr: BuildRun, opts: Options, decode: greedy.Decode | None) -> list[GateResult]:
+    from moegate.e2e import gsm8k
+
+    results: list[GateResult] = []
+    if "greedy" in opts.gates:
+        for c in opts.in_flight:
+            stable = []
+            for r in (base, pr):
+                if c in r.repeat:
+                    res = greedy.compare(
+                        "first", r.greedy[c], "second", r.repeat[c], gate=f"greedy, {r.build.label} twice, {c} in flight",
+                        decode=decode,
+                    )  # fmt: skip
+                    results.append(res)
+                    stable.append(res.passed)
+            res = greedy.compare(
+                base.build.label, base.greedy[c], pr.build.label, pr.greedy[c], gate=f"greedy, {c} in flight", decode=decode
+            )
+            if not all(stable):
+                res.passed = False
+                res.summary = (
+                    f"not comparable: a build is not reproducible against itself at {c} in flight "
+                    f"(see above); between builds: {res.summary}"
+                )
+            results.append(res)
+            for r in (base, pr):
+                results.append(check_golden("greedy", r, opts, c, decode))
+    if "gsm8k" in opts.gates:
+        results.append(gsm8k.compare_runs(base.gsm8k, pr.gsm8k, labels=(base.build.label, pr.build.label)))
+        for r in (base, pr):
+            results.append(check_golden("gsm8k", r, opts, None, None))
+    return results
+
+
+def environment_line() -> str:
+    return f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores"
