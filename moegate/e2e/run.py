@@ -81,37 +81,51 @@ def flag_value(flags: Sequence[str], name: str, default: str) -> str:
     return default
 
 
-def serve_and_measure(build: Build, prompts: Sequence[Prompt], opts: Options, out: Path) -> BuildRun:
-    """Start the build's server once and run every asked-for gate against it."""
-    from moegate.e2e import gsm8k
+def measure(srv: Server, run: BuildRun, prompts: Sequence[Prompt], opts: Options, out: Path) -> None:
+    """Every asked-for gate against one running server of ``run.build``."""
+    if "greedy" in opts.gates:
+        t = time.monotonic()
+        for c in opts.in_flight:
+            kw: dict[str, Any] = {"max_tokens": opts.max_tokens, "check_alive": srv.check_alive}
+            run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
+            if c > 1:  # the same build twice at c in flight: the precondition for comparing two builds there
+                run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
+        run.seconds["greedy"] = time.monotonic() - t
+    if "gsm8k" in opts.gates:
+        from moegate.e2e import gsm8k
 
-    run = BuildRun(build, info=build.describe())
-    log = out / f"server-{build.label}.log"
-    t0 = time.monotonic()
-    with Server(build, opts.model, opts.server_args, log_path=log, startup_timeout_s=opts.startup_timeout_s) as srv:
-        run.start_s = srv.started_s
-        if "greedy" in opts.gates:
-            t = time.monotonic()
-            for c in opts.in_flight:
-                kw = {"max_tokens": opts.max_tokens, "check_alive": srv.check_alive}
-                run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
-                if c > 1:  # the same build twice at c in flight: the precondition for comparing two builds there
-                    run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
-            run.seconds["greedy"] = time.monotonic() - t
-        if "gsm8k" in opts.gates:
-            t = time.monotonic()
-            run.gsm8k = gsm8k.run_on_server(
-                srv, out / f"gsm8k-{build.label}", python=opts.eval_python or "",
-                limit=opts.gsm8k_limit, task=opts.gsm8k_task, data=opts.gsm8k_dir,
-            )  # fmt: skip
-            run.seconds["gsm8k"] = time.monotonic() - t
-    run.seconds["total"] = time.monotonic() - t0
+        t = time.monotonic()
+        run.gsm8k = gsm8k.run_on_server(
+            srv, out / f"gsm8k-{run.build.label}", python=opts.eval_python or "",
+            limit=opts.gsm8k_limit, task=opts.gsm8k_task, data=opts.gsm8k_dir,
+        )  # fmt: skip
+        run.seconds["gsm8k"] = time.monotonic() - t
+
+
+def write_raw(run: BuildRun, out: Path) -> None:
     raw = {
-        "build": build.label, "info": run.info, "start_s": run.start_s, "seconds": run.seconds,
+        "build": run.build.label, "info": run.info, "start_s": run.start_s, "seconds": run.seconds,
+        "server_args": list(run.build.server_args),
         "greedy": {str(c): [x.to_json() for x in v] for c, v in run.greedy.items()},
         "repeat": {str(c): [x.to_json() for x in v] for c, v in run.repeat.items()},
     }  # fmt: skip
-    (out / f"greedy-{build.label}.json").write_text(json.dumps(raw) + "\n")
+    (out / f"greedy-{run.build.label}.json").write_text(json.dumps(raw) + "\n")
+
+
+def serve_and_measure(
+    build: Build, prompts: Sequence[Prompt], opts: Options, out: Path, **server_kw: Any
+) -> BuildRun:
+    """Start the build's server once, run every asked-for gate against it, stop it."""
+    run = BuildRun(build, info=build.describe())
+    t0 = time.monotonic()
+    log = out / f"server-{build.label}.log"
+    with Server(
+        build, opts.model, opts.server_args, log_path=log, startup_timeout_s=opts.startup_timeout_s, **server_kw
+    ) as srv:
+        run.start_s = srv.started_s
+        measure(srv, run, prompts, opts, out)
+    run.seconds["total"] = time.monotonic() - t0
+    write_raw(run, out)
     return run
 
 
@@ -124,6 +138,8 @@ def golden_key(gate: str, run: BuildRun, opts: Options, in_flight: int | None) -
         dtype=flag_value(flags, "--dtype", "auto"),
         model_hash=model_hash(opts.model) if Path(opts.model).is_dir() else opts.model.replace("/", "--"),
         flags=tuple(a for a in flags if a),
+        size=f"p{len(run.greedy[in_flight or 1])}-t{opts.max_tokens}" if gate == "greedy"
+        else f"n{opts.gsm8k_limit}-{opts.gsm8k_task}",
         in_flight=in_flight,
     )
 

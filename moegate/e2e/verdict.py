@@ -18,7 +18,7 @@ class GateResult:
     gate: str
     passed: bool
     summary: str
-    details_markdown: str
+    details_markdown: str = ""
     differences: list[dict[str, Any]] = field(default_factory=list)
 
     @property

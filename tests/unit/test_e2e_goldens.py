@@ -1,0 +1,75 @@
+"""The e2e goldens: keyed by what changes numerics, missing means fail with the bless command,
+changed only by bless, and a broken file is an error that names its line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moegate.e2e import goldens
+from moegate.e2e.goldens import GoldenError, Key
+
+pytestmark = pytest.mark.unit
+
+KEY = Key("greedy", "0.33.0", "NVIDIA H200", "bfloat16", "abcdef0123456789", ("--enforce-eager",), "p2-t4", 4)
+RECORDS = [{"prompt_id": "a", "token_ids": [1, 2, 3, 4]}, {"prompt_id": "b", "token_ids": [5, 6, 7, 8]}]
+PROV = {"vllm": "0.33.0", "device": "NVIDIA H200"}
+
+
+def test_the_key_separates_what_changes_numerics():
+    slugs = {
+        KEY.slug,
+        Key("greedy", "0.32.0", *list(KEY.__dict__.values())[2:]).slug,
+        Key("greedy", "0.33.0", "cpu-avx2", "bfloat16", KEY.model_hash, KEY.flags, "p2-t4", 4).slug,
+        Key("greedy", "0.33.0", "NVIDIA H200", "float32", KEY.model_hash, KEY.flags, "p2-t4", 4).slug,
+        Key("greedy", "0.33.0", "NVIDIA H200", "bfloat16", "ffff", KEY.flags, "p2-t4", 4).slug,
+        Key("greedy", "0.33.0", "NVIDIA H200", "bfloat16", KEY.model_hash, ("--offload-backend", "uva"), "p2-t4", 4).slug,
+        Key("greedy", "0.33.0", "NVIDIA H200", "bfloat16", KEY.model_hash, KEY.flags, "p2-t4", 1).slug,
+        Key("greedy", "0.33.0", "NVIDIA H200", "bfloat16", KEY.model_hash, KEY.flags, "p8-t4", 4).slug,
+    }
+    assert len(slugs) == 8
+    assert all("/" not in s and " " not in s for s in slugs)
+
+
+def test_a_missing_golden_fails_with_the_bless_command_and_writes_only_obtained(tmp_path):
+    out = goldens.check(KEY, PROV, RECORDS, directory=tmp_path)
+    assert out.status == "missing" and "nox -s bless -- e2e" in out.message
+    assert not KEY.path(tmp_path).exists()
+    assert KEY.path(tmp_path).with_name(KEY.path(tmp_path).name + ".obtained").exists()
+
+
+def test_bless_writes_then_matches_and_a_change_is_caught(tmp_path):
+    blessed = goldens.check(KEY, PROV, RECORDS, bless=True, directory=tmp_path)
+    assert blessed.status == "blessed" and "2 new or changed" in blessed.message
+    # provenance is not compared: another date or torch still matches
+    assert goldens.check(KEY, {**PROV, "torch": "other"}, RECORDS, directory=tmp_path).status == "match"
+    moved = [RECORDS[0], {"prompt_id": "b", "token_ids": [5, 6, 7, 9]}]
+    out = goldens.check(KEY, PROV, moved, directory=tmp_path)
+    assert out.status == "differs" and out.records == RECORDS
+    # the golden itself did not move
+    assert goldens.read(KEY.path(tmp_path))[1] == RECORDS
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"provenance": {}}\n{"prompt_id": "a"}', "truncated"),
+        ('{"provenance": {}}\n{"prompt_id": "a", \n', "line 2: not JSON"),
+        ('{"provenance": {}}\n[1, 2]\n', "line 2: not a JSON object"),
+        ('{"prompt_id": "a"}\n', "line 1: no provenance"),
+        ("", "truncated"),
+    ],
+)
+def test_a_broken_golden_is_an_error_naming_the_line(tmp_path, text, expected):
+    path = KEY.path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(GoldenError, match=expected):
+        goldens.read(path)
+
+
+def test_render_is_one_json_object_a_line_with_provenance_first():
+    lines = goldens.render(PROV, RECORDS).splitlines()
+    assert json.loads(lines[0]) == {"provenance": PROV}
+    assert [json.loads(x) for x in lines[1:]] == RECORDS

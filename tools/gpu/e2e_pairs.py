@@ -1,0 +1,121 @@
+"""The e2e gates for the H200's two pairs in one go: three servers, each started once.
+
+    python tools/gpu/e2e_pairs.py --site033 DIR --site032 DIR --eval-site DIR --model DIR \\
+        --prompts-file FILE --gsm8k-dir DIR --out DIR [--gsm8k-limit 250] [--bless]
+
+Builds: vLLM 0.33.0 with experts resident, 0.33.0 with experts UVA-offloaded, 0.32.0
+with experts UVA-offloaded. Pairs: (0.33.0 resident, 0.33.0 UVA) and (0.32.0 UVA,
+0.33.0 UVA); the UVA 0.33.0 server serves both pairs. The gates check outputs, not
+speed, so the three servers share the GPU: started one after another (vLLM's memory
+profiling must not see another server start or stop), then every gate runs on all
+three at once, and no server stops before all three have started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from moegate.e2e import greedy, prompts, report  # noqa: E402
+from moegate.e2e import run as e2e  # noqa: E402
+from moegate.e2e.build import Build  # noqa: E402
+from moegate.e2e.server import Server  # noqa: E402
+
+UVA = ("--offload-backend", "uva", "--cpu-offload-gb", "64", "--cpu-offload-params", "experts")
+COMMON = (
+    "--max-model-len", "4096", "--enforce-eager", "--dtype", "bfloat16", "--max-num-seqs", "4",
+    "--no-enable-prefix-caching", "--gpu-memory-utilization", "0.25",
+)  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    for a in ("--site033", "--site032", "--eval-site", "--model", "--prompts-file", "--gsm8k-dir", "--out"):
+        ap.add_argument(a, required=True)
+    ap.add_argument("--gsm8k-limit", type=int, default=250)
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--bless", action="store_true")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["PYTHONPATH"] = args.eval_site  # lm-eval's own site; each build's server sets its own path
+    py = sys.executable
+    env033 = {"PYTHONPATH": f"{args.site033}:{args.eval_site}", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    env032 = {"PYTHONPATH": f"{args.site032}:{args.eval_site}", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    builds = {
+        "0.33.0-resident": Build("0.33.0-resident", py, env033),
+        "0.33.0-uva": Build("0.33.0-uva", py, env033, UVA),
+        "0.32.0-uva": Build("0.32.0-uva", py, env032, UVA),
+    }
+    opts = e2e.Options(
+        model=args.model, server_args=COMMON, eval_python=py, gsm8k_limit=args.gsm8k_limit,
+        gsm8k_dir=args.gsm8k_dir, bless=args.bless,
+    )  # fmt: skip
+    chosen = prompts.load(args.prompts, prompts_file=Path(args.prompts_file))
+    start_lock = threading.Lock()
+    all_started = threading.Barrier(len(builds))
+    runs: dict[str, e2e.BuildRun] = {}
+    errors: dict[str, str] = {}
+
+    def one(b: Build) -> None:
+        run = e2e.BuildRun(b)
+        try:
+            run.info = b.describe()
+            t0 = time.monotonic()
+            srv = Server(b, args.model, COMMON, log_path=out / f"server-{b.label}.log", gpu_release_timeout_s=0)
+            with start_lock:
+                srv.start()
+            run.start_s = srv.started_s
+            try:
+                all_started.wait(timeout=1200)
+                e2e.measure(srv, run, chosen, opts, out)
+                all_started_done.wait(timeout=3000)
+            finally:
+                srv.stop()
+            run.seconds["total"] = time.monotonic() - t0
+            e2e.write_raw(run, out)
+            runs[b.label] = run
+            print(f"{b.label}: done {run.seconds}", flush=True)
+        except BaseException as exc:  # noqa: BLE001 - reported per build, the others go on
+            errors[b.label] = f"{type(exc).__name__}: {exc}"
+            print(f"{b.label}: FAILED {errors[b.label][:3000]}", flush=True)
+            all_started.abort()
+            all_started_done.abort()
+
+    all_started_done = threading.Barrier(len(builds))
+    threads = [threading.Thread(target=one, args=(b,)) for b in builds.values()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        (out / "errors.json").write_text(json.dumps(errors, indent=1))
+        return 2
+    decode = greedy.tokenizer_decoder(args.model)
+    pages = []
+    verdicts = {}
+    for a, b in (("0.33.0-resident", "0.33.0-uva"), ("0.32.0-uva", "0.33.0-uva")):
+        results = e2e.compare_builds(runs[a], runs[b], opts, decode)
+        for r in results:
+            r.write_json(out / f"gate-{a}-vs-{b}-{''.join(c if c.isalnum() else '-' for c in r.gate)}.json")
+        verdicts[f"{a} vs {b}"] = {r.gate: r.verdict for r in results}
+        pages.append(
+            report.render(f"moegate e2e on the H200: {a} vs {b}", [runs[a], runs[b]], results,
+                          commands=["python " + " ".join(sys.argv)])
+        )  # fmt: skip
+    (out / "e2e-h200.md").write_text("\n\n".join(pages))
+    (out / "verdicts.json").write_text(json.dumps(verdicts, indent=1))
+    print(json.dumps(verdicts, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
