@@ -37,6 +37,7 @@ RELEASES: dict[str, dict[str, list[str]]] = {
     },
 }
 PROJECT_DEPS = ["hypothesis>=6.100", "pytest>=8"]
+AB_DEPS = ["scipy>=1.10", "matplotlib>=3.7"]  # the A/B tier's verdict (Student t) and plot
 KNOWN_OPTIONS = ("--vllm-python=", "--vllm=")
 
 
@@ -100,7 +101,7 @@ def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | Non
 def unit(session: nox.Session) -> None:
     """Unit tier: strategies, spec, reference, golden tooling. No vLLM, no GPU."""
     _options(session, ())
-    py = _shared_env(session, "_unit", [CPU_TORCH, "nox", *PROJECT_DEPS])
+    py = _shared_env(session, "_unit", [CPU_TORCH, "nox", *PROJECT_DEPS, *AB_DEPS])
     # the env's bin first on PATH: the bad-input tests call `nox` itself
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
     session.run(str(py), "-m", "pytest", "tests/unit", env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True)
