@@ -97,8 +97,8 @@ def _build(role: str, opts: argparse.Namespace):
     py = getattr(opts, f"{role}_python")
     if not py:
         raise DriverError(f"--{role}-python is required (the interpreter of the {role} build's environment)")
-    fields = dict(label=getattr(opts, f"{role}_label"), python=py, env=_env(getattr(opts, f"{role}_env")),
-                  server_args=tuple(shlex.split(getattr(opts, f"{role}_server_args"))))
+    fields = {"label": getattr(opts, f"{role}_label"), "python": py, "env": _env(getattr(opts, f"{role}_env")),
+              "server_args": tuple(shlex.split(getattr(opts, f"{role}_server_args")))}
     try:
         from moegate.e2e.build import Build
     except ImportError:
@@ -145,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a") as fh:
-            fh.write(rep.markdown.replace(f"]({report_mod.PLOT})", f"]({Path(out) / report_mod.PLOT})") + "\n")
+            # the plot is a file in the run folder, not an address a job summary can show
+            fh.write(rep.markdown.replace(f"![output tok/s against concurrency]({report_mod.PLOT})",
+                                          f"Plot: `{Path(out) / report_mod.PLOT}`") + "\n")
     if opts.gate and not rep.verdict.gate_passed:
         print("moegate.ab: gate FAILED: " + "; ".join(rep.verdict.gate_failures), file=sys.stderr)
         return 1

@@ -41,9 +41,11 @@ stay in the run's folder; ``report.md`` / ``throughput.png`` are written from th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -302,7 +304,7 @@ class Driver:
                     f"need at least {need} ({self.plan.min_rounds} rounds at concurrency {max(self.plan.concurrency)})"
                 )
         for role, b in self.builds.items():
-            if not Path(b.python).exists():
+            if not (Path(b.python).exists() or shutil.which(b.python)):
                 raise DriverError(f"{role} build {b.label!r}: no interpreter at {b.python}")
 
     # -- one benchmark run ----------------------------------------------------------------------
@@ -389,10 +391,8 @@ class Driver:
                         server.check_alive()
                     except Exception as dead:  # noqa: BLE001
                         tail += f"\n-- server died: {dead}"
-                    try:
+                    with contextlib.suppress(Exception):  # the tail is a courtesy; the error is already kept
                         tail += "\n-- server log tail:\n" + server.log_tail(30)
-                    except Exception:  # noqa: BLE001
-                        pass
                 rec.log_tail = tail
                 self.log(f"[ab]   start failed: {rec.error}")
             rec.seconds = round(time.monotonic() - t0, 1)

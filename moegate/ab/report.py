@@ -73,12 +73,12 @@ def markdown(run: Run, verdict: Verdict, traffic: TrafficModel | None = None, *,
         f"Model `{run.model}`; server flags `{' '.join(run.server_args) or '(none)'}`"
         + (f"; base adds `{' '.join(b['server_args'])}`" if b["server_args"] else "")
         + (f"; PR adds `{' '.join(p['server_args'])}`" if p["server_args"] else "") + ".",
-        f"Good starts: base {good['base']} of {total['base']}, PR {good['pr']} of {total['pr']} "
-        f"(interleaved A B | B A | ..., a fresh server each). Prompts: {run.dataset}.",
-        f"Per level: `vllm bench serve --max-concurrency c --num-warmups c --ignore-eos`, prompts "
-        f"{_prompts(run)} ({run.prompts_note}). Warm-up: every start first ran an uncounted sweep over "
-        f"every concurrency ({run.plan['warmup_rounds']} rounds each), so every kernel variant was compiled "
-        f"before the measured sweep.",
+        (f"Good starts: base {good['base']} of {total['base']}, PR {good['pr']} of {total['pr']} "
+         f"(interleaved A B | B A | ..., a fresh server each). Prompts: {run.dataset}."),
+        (f"Per level: `vllm bench serve --max-concurrency c --num-warmups c --ignore-eos`, prompts "
+         f"{_prompts(run)} ({run.prompts_note}). Warm-up: every start first ran an uncounted sweep over "
+         f"every concurrency ({run.plan['warmup_rounds']} rounds each), so every kernel variant was compiled "
+         f"before the measured sweep."),
         "",
     ]
     header = ["in flight", "starts (base / PR)", "output tok/s, base", "output tok/s, PR", "change [CI]", "verdict"]
@@ -101,8 +101,9 @@ def markdown(run: Run, verdict: Verdict, traffic: TrafficModel | None = None, *,
                     cells.append("–")
             row.append(" / ".join(cells))
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", f"**Rule.** {rule_text(verdict.alpha, verdict.min_change, verdict.gate_threshold)} "
-              f"Holm family here: {verdict.family_size} level(s); CI = the Holm-adjusted interval of PR/base − 1."]
+    lines += ["", (f"**Rule.** {rule_text(verdict.alpha, verdict.min_change, verdict.gate_threshold)} "
+                   f"Holm family here: {verdict.family_size} level(s); CI = the Holm-adjusted interval of "
+                   "PR/base − 1.")]
     notes = [f"c={lv.concurrency}: {lv.reason}" for lv in verdict.levels if lv.verdict == NO_VERDICT]
     if notes:
         lines += ["", "No verdict: " + "; ".join(notes) + "."]
@@ -112,10 +113,10 @@ def markdown(run: Run, verdict: Verdict, traffic: TrafficModel | None = None, *,
             f"c={c}: {_range(ds)}" for c, ds in durations.items()) + "."]
     if traffic is not None:
         src = {traffic.level(lv.concurrency).source for lv in verdict.levels}
-        lines += ["", f"**Evidence.** {traffic.describe()}. Expert reads per decode step from "
-                  f"{', '.join(sorted(src))}; a build's path at each level is the dispatch rule's for host-resident "
-                  "weights (PR: always sorted; base: naive while c·top_k·4 ≤ experts); achieved GB/s = bytes/step × "
-                  "(tok/s ÷ c), prefill ignored."]
+        lines += ["", (f"**Evidence.** {traffic.describe()}. Expert reads per decode step from "
+                       f"{', '.join(sorted(src))}; a build's path at each level is the dispatch rule's for "
+                       "host-resident weights (PR: always sorted; base: naive while c·top_k·4 ≤ experts); "
+                       "achieved GB/s = bytes/step × (tok/s ÷ c), prefill ignored.")]
     if gate:
         lines += ["", "**Gate: passed.**" if verdict.gate_passed else
                   "**Gate: FAILED**: " + "; ".join(verdict.gate_failures) + "."]
@@ -123,13 +124,13 @@ def markdown(run: Run, verdict: Verdict, traffic: TrafficModel | None = None, *,
     if failed:
         lines += ["", f"### Failed starts ({len(failed)}; none of their figures is counted)"]
         for s in failed:
-            lines += ["", f"<details><summary>start {s.index + 1}: {s.role} ({s.label}), round {s.round}: "
-                      f"{_html(s.error or '')}</summary>", "", "```", (s.log_tail or "").rstrip()[-4000:], "```",
-                      "", "</details>"]
+            summary = (f"<details><summary>start {s.index + 1}: {s.role} ({s.label}), round {s.round}: "
+                       f"{_html(s.error or '')}</summary>")
+            lines += ["", summary, "", "```", (s.log_tail or "").rstrip()[-4000:], "```", "", "</details>"]
     if plot_name:
         lines += ["", f"![output tok/s against concurrency]({plot_name})"]
-    lines += ["", "Raw results: `starts/*/measured-c*.json` (vLLM's own result dicts), warm-ups beside them, "
-              "`run.json` (schedule, sizing, per-start status)."]
+    lines += ["", ("Raw results: `starts/*/measured-c*.json` (vLLM's own result dicts), warm-ups beside them, "
+                   "`run.json` (schedule, sizing, per-start status).")]
     return "\n".join(lines) + "\n"
 
 

@@ -29,7 +29,7 @@ MISSING = 2
 def _load_vllm():
     """vLLM's benchmark module and its argument parser class, or one line and exit 2."""
     try:
-        import vllm.benchmarks.serve as serve
+        from vllm.benchmarks import serve
     except Exception as exc:  # noqa: BLE001 - any import failure is "this interpreter cannot run it"
         print(
             f"moegate.vllm.bench_serve: cannot import vllm.benchmarks.serve in {sys.executable}: "

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
@@ -41,9 +42,9 @@ class ServerError(RuntimeError):
 class StubServer:
     """Stands for moegate.e2e.server.Server: one 'process' per ``with``."""
 
-    started: list[str] = []
-    fail_on: set[int] = set()  # start numbers (0-based, in order) that fail to come up
-    die_on: set[int] = set()  # start numbers whose process is dead after a bench error
+    started: ClassVar[list[str]] = []
+    fail_on: ClassVar[set[int]] = set()  # start numbers (0-based, in order) that fail to come up
+    die_on: ClassVar[set[int]] = set()  # start numbers whose process is dead after a bench error
 
     def __init__(self, build, model, args=(), *, log_path, startup_timeout_s=900, served_name=None):
         self.build, self.model, self.args, self.log_path = build, model, list(args), Path(log_path)
@@ -349,3 +350,13 @@ def test_bench_serve_without_vllm_is_one_line():
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "cannot import vllm.benchmarks.serve" in proc.stderr
+
+
+@pytest.mark.skipif(__import__("shutil").which("nox") is None, reason="nox is not installed in this environment")
+def test_nox_ab_session_refuses_bad_arguments_with_one_line():
+    proc = subprocess.run(["nox", "-s", "ab", "--", "--frobnicate"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode != 0 and "unknown argument '--frobnicate' for session ab" in proc.stdout + proc.stderr
+    proc = subprocess.run(["nox", "-s", "ab", "--", "--base=0.32.0"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode != 0 and "nox -s ab needs --pr=" in proc.stdout + proc.stderr
