@@ -360,3 +360,62 @@ def test_nox_ab_session_refuses_bad_arguments_with_one_line():
     proc = subprocess.run(["nox", "-s", "ab", "--", "--base=0.32.0"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode != 0 and "nox -s ab needs --pr=" in proc.stdout + proc.stderr
+
+
+# --- the benchmark runner, through a real subprocess ------------------------------------------
+
+FAKE_SERVE = '''
+import argparse
+
+FlexibleArgumentParser = argparse.ArgumentParser
+
+
+def add_cli_args(parser):
+    parser.add_argument("--model")
+    parser.add_argument("--max-concurrency", type=int)
+    parser.add_argument("--num-prompts", type=int, default=1000)
+    parser.add_argument("--ignore-eos", action="store_true")
+
+
+def main(args):
+    return {"completed": args.num_prompts, "failed": 0, "output_throughput": 12.5 * args.max_concurrency,
+            "duration": 1.0, "model_id": args.model, "odd": object()}
+'''
+
+
+def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
+    """run_bench_subprocess -> python -m moegate.vllm.bench_serve in the 'build': the build's env PYTHONPATH
+    carries a stand-in ``vllm.benchmarks.serve`` (the real one needs a server); moegate is added before it."""
+    pkg = tmp_path / "site" / "vllm" / "benchmarks"
+    pkg.mkdir(parents=True)
+    (tmp_path / "site" / "vllm" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "serve.py").write_text(FAKE_SERVE)
+    b = SimpleNamespace(label="x", python=sys.executable, env={"PYTHONPATH": str(tmp_path / "site")}, server_args=())
+    from moegate.ab.driver import run_bench_subprocess
+
+    out = run_bench_subprocess(b, ["--model", "m", "--max-concurrency", "4", "--num-prompts", "8", "--ignore-eos"],
+                               tmp_path / "r.json", tmp_path / "r.log", timeout_s=120)
+    assert out["output_throughput"] == 50.0 and out["completed"] == 8 and out["model_id"] == "m"
+    assert out["odd"].startswith("<object")  # non-JSON values are kept as their repr
+    assert json.loads((tmp_path / "r.json").read_text()) == out
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps(["--model", "m2", "--max-concurrency", "2"]))
+    proc = subprocess.run([sys.executable, "-m", "moegate.vllm.bench_serve", "--parse-only", "--args-json",
+                           str(args_file)], capture_output=True, text=True, cwd=ROOT, check=False,
+                          env={**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{tmp_path / 'site'}"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["model"] == "m2"
+
+
+def test_bench_runner_failure_carries_the_log_tail(tmp_path):
+    try:
+        import vllm  # noqa: F401
+        pytest.skip("vLLM is importable here: the missing-vLLM path cannot be shown")
+    except ImportError:
+        pass
+    from moegate.ab.driver import run_bench_subprocess
+
+    b = SimpleNamespace(label="x", python=sys.executable, env={}, server_args=())
+    with pytest.raises(BenchError, match=r"(?s)benchmark exited 2.*cannot import vllm\.benchmarks\.serve"):
+        run_bench_subprocess(b, ["--model", "m"], tmp_path / "r.json", tmp_path / "r.log", timeout_s=120)
