@@ -277,9 +277,13 @@ def model_hash(model_dir: str | os.PathLike[str]) -> str:
     root = Path(model_dir)
     info = root / BUILD_INFO
     if info.is_file():
-        files = json.loads(info.read_text()).get("files")
+        record = json.loads(info.read_text())
+        files = record.get("files")
         if files:
-            return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+            # the spec and the tensors and tokenizer, not config.json: it names the transformers release
+            numeric = {k: v for k, v in files.items() if k not in ("config.json", "generation_config.json")}
+            key = json.dumps({"spec": record.get("spec"), "files": numeric}, sort_keys=True)
+            return hashlib.sha256(key.encode()).hexdigest()[:16]
     h = hashlib.sha256()
     for f in sorted(root.glob("*.json")):
         h.update(f.name.encode() + b"\0" + f.read_bytes())

@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--select", type=int, metavar="N", help="rewrite golden/e2e/sharegpt-prompts.json with N prompts")
     g.add_argument("--export", metavar="FILE", help="write the set's texts to FILE (JSONL), outside the repository")
     g.add_argument("--sharegpt-json", metavar="FILE", help="write the complete multi-turn records as a JSON list")
+    pr.add_argument("--limit", type=int, default=None, help="with --sharegpt-json: only the first N records")
     return p
 
 
@@ -174,7 +175,7 @@ def _prompts(args: argparse.Namespace) -> int:
         prompts.export(chosen, target)
         print(f"wrote {len(chosen)} prompt texts to {target}")
     else:
-        n = prompts.write_sharegpt_subset(Path(args.sharegpt_json))
+        n = prompts.write_sharegpt_subset(Path(args.sharegpt_json), limit=args.limit)
         print(f"wrote {n} complete multi-turn ShareGPT records to {args.sharegpt_json}")
     return 0
 

@@ -151,9 +151,13 @@ def export(prompts: list[Prompt], out: Path) -> None:
     atomic_write(out, "".join(json.dumps({"id": p.id, "text": p.text}) + "\n" for p in prompts))
 
 
-def write_sharegpt_subset(out: Path, min_turns: int = 2) -> int:
-    """The complete records with at least ``min_turns`` turns, as a valid JSON list (for ``vllm bench serve``)."""
+def write_sharegpt_subset(out: Path, min_turns: int = 2, limit: int | None = None) -> int:
+    """The complete records with at least ``min_turns`` turns (the first ``limit``), as a valid JSON list.
+
+    That is the file ``vllm bench serve --dataset-name sharegpt --dataset-path`` reads.
+    """
     with _open_package() as fh:
         recs = [r for r in complete_records(fh) if len(r.get("conversations") or []) >= min_turns]
+    recs = recs[:limit] if limit else recs
     atomic_write(out, json.dumps(recs))
     return len(recs)
