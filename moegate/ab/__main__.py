@@ -70,6 +70,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--startup-timeout", type=float, default=900.0)
     p.add_argument("--bench-timeout", type=float, default=3600.0)
     p.add_argument("--out", type=Path, help="run folder (default reports/ab-<time>)")
+    p.add_argument("--resume", action="store_true", help="continue the schedule of --out's run.json (same plan)")
+    p.add_argument("--max-new-starts", type=int, help="stop after this many starts (resume later with --resume)")
     p.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="recompute the report of a finished run")
     v = p.add_argument_group("verdict")
     v.add_argument("--gate", action="store_true", help="exit 1 when a level regresses beyond --gate-threshold")
@@ -140,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             driver = Driver({"base": _build("base", opts), "pr": _build("pr", opts)}, opts.model, out, plan,
                             dataset, server_args=shlex.split(opts.server_args), tokenizer=opts.tokenizer,
                             served_name=opts.served_name, startup_timeout_s=opts.startup_timeout,
-                            bench_timeout_s=opts.bench_timeout)
+                            bench_timeout_s=opts.bench_timeout, resume=opts.resume,
+                            max_new_starts=opts.max_new_starts)
             run = driver.run()
         traffic = _traffic(opts, run.model)
         rep = report_mod.write(run, out, traffic, alpha=opts.alpha, min_change=opts.min_change,

@@ -280,6 +280,8 @@ class Driver:
         server_factory: ServerFactory | None = None,
         bench: BenchFn | None = None,
         log: Callable[[str], None] = lambda msg: print(msg, file=sys.stderr, flush=True),
+        resume: bool = False,
+        max_new_starts: int | None = None,
     ) -> None:
         if set(builds) != set(ROLES):
             raise DriverError(f"builds must be given for {ROLES}, got {sorted(builds)}")
@@ -291,6 +293,10 @@ class Driver:
         self.bench = bench or (lambda b, a, j, lg: run_bench_subprocess(b, a, j, lg, bench_timeout_s))
         self.log = log
         self.records: int | None = None
+        self.resume, self.max_new_starts = resume, max_new_starts
+        """``resume``: continue the schedule of ``out_dir/run.json`` (same plan), keeping its starts and
+        its sizing; ``max_new_starts``: stop after that many, so a long schedule can span several
+        sessions of a lent machine. The schedule's order, and so the interleaving, is unchanged."""
 
     # -- checks before any server starts ------------------------------------------------------
 
@@ -353,12 +359,32 @@ class Driver:
             prompts = capped
         return prompts, note
 
-    def starts(self) -> Iterator[StartRecord]:
-        """Run every start in schedule order, yielding each record as it finishes."""
-        self.prompts: dict[int, int] | None = None
-        self.prompts_note = "no start came up: nothing sized"
+    def _previous(self) -> list[StartRecord]:
+        path = self.out_dir / "run.json"
+        if not (self.resume and path.is_file()):
+            return []
+        old = load_run(self.out_dir)
+        if old.plan.get("concurrency") != list(self.plan.concurrency) or old.plan.get("starts") != self.plan.starts:
+            raise DriverError(f"{path}: another plan ({old.plan.get('concurrency')}, {old.plan.get('starts')} starts); "
+                              "resume only the same plan")
+        if old.prompts:
+            self.prompts, self.prompts_note = dict(old.prompts), old.prompts_note
+        return list(old.starts)
+
+    def starts(self, done: frozenset[int] = frozenset()) -> Iterator[StartRecord]:
+        """Run every start in schedule order (but those in ``done``), yielding each record as it finishes."""
+        if not done:
+            self.prompts: dict[int, int] | None = None
+            self.prompts_note = "no start came up: nothing sized"
         factory = self.server_factory or _default_server_factory()
+        new = 0
         for index, (round_, role) in enumerate(schedule(self.plan.starts)):
+            if index in done:
+                continue
+            if self.max_new_starts is not None and new >= self.max_new_starts:
+                self.log(f"[ab] stopping after {new} new starts (--max-new-starts); resume with --resume")
+                return
+            new += 1
             build = self.builds[role]
             folder = self.out_dir / "starts" / f"{index:02d}-{role}-{_safe(build.label)}"
             folder.mkdir(parents=True, exist_ok=True)
@@ -401,9 +427,11 @@ class Driver:
     def run(self) -> Run:
         self.preflight()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        records: list[StartRecord] = []
+        self.prompts = None
+        self.prompts_note = "no start came up: nothing sized"
+        records: list[StartRecord] = self._previous()
         run = None
-        for rec in self.starts():
+        for rec in self.starts(frozenset(r.index for r in records)):
             records.append(rec)
             run = self._run(records)
             (self.out_dir / "run.json").write_text(json.dumps(run.to_json(), indent=1))  # after every start

@@ -425,3 +425,25 @@ def test_bench_runner_failure_carries_the_log_tail(tmp_path):
     b = SimpleNamespace(label="x", python=sys.executable, env={}, server_args=())
     with pytest.raises(BenchError, match=r"(?s)benchmark exited 2.*cannot import vllm\.benchmarks\.serve"):
         run_bench_subprocess(b, ["--model", "m"], tmp_path / "r.json", tmp_path / "r.log", timeout_s=120)
+
+
+def test_a_resumed_run_continues_the_same_schedule_and_keeps_the_first_sizing(tmp_path):
+    """A long schedule split over two sessions of a lent machine equals the one-go run's order."""
+    bench = StubBench(_tok)
+    first = _driver(tmp_path, bench)
+    first.max_new_starts = 3
+    part = first.run()
+    assert [s.role for s in part.starts] == ["base", "pr", "pr"]
+    sized = dict(part.prompts)
+    second = _driver(tmp_path, bench)
+    second.resume = True
+    run = second.run()
+    assert [s.role for s in run.starts] == ["base", "pr", "pr", "base", "base", "pr"]
+    assert [s.index for s in run.starts] == list(range(6)) and run.prompts == sized
+    assert StubServer.started == ["base", "pr", "pr", "base", "base", "pr"]
+    other = Driver({"base": build("base"), "pr": build("pr")}, tmp_path / "model", tmp_path / "run",
+                   Plan(concurrency=(1, 2), starts=3, output_len=16, target_seconds=0.5),
+                   Dataset("random", input_len=32), server_factory=StubServer, bench=bench, log=lambda m: None,
+                   resume=True)
+    with pytest.raises(DriverError, match="another plan"):
+        other.run()
