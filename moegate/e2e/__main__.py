@@ -69,6 +69,17 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=str(ROOT / "reports" / "e2e-run"))
     r.add_argument("--report", default=str(ROOT / "reports" / "e2e.md"))
     r.add_argument("--bless", action="store_true", help="write this run's records as the goldens of their keys")
+    c = sub.add_parser("compare", help="compare two builds' raw results of an earlier run (no server)")
+    c.add_argument("--raw", required=True, help="the run's --out folder (greedy-LABEL.json, gsm8k-LABEL/)")
+    c.add_argument("--base", required=True, help="label of the base build in that folder")
+    c.add_argument("--pr", required=True, help="label of the PR build in that folder")
+    c.add_argument("--model", required=True, help="the model served (its hash keys the goldens)")
+    c.add_argument("--server-args", default="", help="the flags both builds ran with")
+    c.add_argument("--gates", default="greedy,gsm8k")
+    c.add_argument("--gsm8k-limit", type=int, default=250)
+    c.add_argument("--max-tokens", type=int, default=128)
+    c.add_argument("--report", required=True)
+    c.add_argument("--bless", action="store_true")
     pr = sub.add_parser("prompts", help="the greedy gate's prompt set")
     g = pr.add_mutually_exclusive_group(required=True)
     g.add_argument("--select", type=int, metavar="N", help="rewrite golden/e2e/sharegpt-prompts.json with N prompts")
@@ -150,6 +161,27 @@ def _stop(args: argparse.Namespace, title: str, runs: list, commands: list[str],
     return 2
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from moegate.e2e import greedy
+    from moegate.e2e import run as e2e
+
+    raw = Path(args.raw)
+    runs = [e2e.read_raw(raw, args.base), e2e.read_raw(raw, args.pr)]
+    in_flight = tuple(sorted(runs[0].greedy))
+    opts = e2e.Options(
+        model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=tuple(args.gates.split(",")),
+        in_flight=in_flight, max_tokens=args.max_tokens, gsm8k_limit=args.gsm8k_limit, bless=args.bless,
+    )  # fmt: skip
+    decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
+    results = e2e.compare_builds(runs[0], runs[1], opts, decode)
+    commands = [" ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:]])]
+    page = report.render(f"moegate e2e: {args.base} vs {args.pr}", runs, results, commands=commands)
+    report.write(Path(args.report), page)
+    for r in results:
+        print(f"{r.verdict}  {r.gate}: {r.summary}", file=sys.stderr)
+    return 0 if all(r.passed for r in results) else 1
+
+
 def _git_ignored(path: Path) -> bool:
     import subprocess
 
@@ -183,7 +215,7 @@ def _prompts(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _run(args) if args.cmd == "run" else _prompts(args)
+        return {"run": _run, "compare": _compare, "prompts": _prompts}[args.cmd](args)
     except (DataError, BuildError, ServerError) as exc:
         print(f"moegate.e2e: {exc}", file=sys.stderr)
         return 2

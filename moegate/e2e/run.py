@@ -219,3 +219,29 @@ def compare_builds(base: BuildRun, pr: BuildRun, opts: Options, decode: greedy.D
 
 def environment_line() -> str:
     return f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores"
+
+
+def read_raw(out: Path, label: str) -> BuildRun:
+    """A build's run read back from its raw files (``greedy-LABEL.json``, ``gsm8k-LABEL/``).
+
+    So a run made elsewhere (a lent GPU machine, a CI job's artifact) can be compared,
+    reported and blessed here without serving again.
+    """
+    raw = json.loads((out / f"greedy-{label}.json").read_text())
+    build = Build(label, "(raw)", {}, tuple(raw.get("server_args", [])))
+    run = BuildRun(build, info=raw["info"], start_s=raw.get("start_s"), seconds=raw.get("seconds", {}))
+
+    def completions(items: list[dict[str, Any]]) -> list[greedy.Completion]:
+        return [
+            greedy.Completion(c["prompt_id"], c["prompt_sha256"], c["token_ids"], [[tuple(x) for x in t] for t in c["top"]])
+            for c in items
+        ]
+
+    run.greedy = {int(k): completions(v) for k, v in raw.get("greedy", {}).items()}
+    run.repeat = {int(k): completions(v) for k, v in raw.get("repeat", {}).items()}
+    folder = out / f"gsm8k-{label}" / "lm_eval"
+    if folder.is_dir():
+        from moegate.e2e import gsm8k
+
+        run.gsm8k = gsm8k.read_run(folder)
+    return run

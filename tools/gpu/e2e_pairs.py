@@ -7,8 +7,8 @@ Builds: vLLM 0.33.0 with experts resident, 0.33.0 with experts UVA-offloaded, 0.
 with experts UVA-offloaded. Pairs: (0.33.0 resident, 0.33.0 UVA) and (0.32.0 UVA,
 0.33.0 UVA); the UVA 0.33.0 server serves both pairs. The gates check outputs, not
 speed, so the three servers share the GPU: started one after another (vLLM's memory
-profiling must not see another server start or stop), then every gate runs on all
-three at once, and no server stops before all three have started.
+profiling must not see another server start or stop), each running its gates as soon
+as it is healthy, and no server stops before all three have started.
 """
 
 from __future__ import annotations
@@ -61,9 +61,30 @@ def main() -> int:
     )  # fmt: skip
     chosen = prompts.load(args.prompts, prompts_file=Path(args.prompts_file))
     start_lock = threading.Lock()
-    all_started = threading.Barrier(len(builds))
     runs: dict[str, e2e.BuildRun] = {}
     errors: dict[str, str] = {}
+
+    class _Arrive:
+        """A barrier that threads pass at once but that stops must wait for: all servers started."""
+
+        def __init__(self, n: int) -> None:
+            self.n, self.cond = n, threading.Condition()
+
+        def arrive(self) -> None:
+            with self.cond:
+                self.n -= 1
+                self.cond.notify_all()
+
+        def all_in(self, timeout: float) -> None:
+            with self.cond:
+                self.cond.wait_for(lambda: self.n <= 0, timeout=timeout)
+
+        def abort(self) -> None:
+            with self.cond:
+                self.n = 0
+                self.cond.notify_all()
+
+    all_started = _Arrive(len(builds))
 
     def one(b: Build) -> None:
         run = e2e.BuildRun(b)
@@ -74,11 +95,15 @@ def main() -> int:
             with start_lock:
                 srv.start()
             run.start_s = srv.started_s
+            print(f"{b.label}: healthy after {srv.started_s:.0f} s", flush=True)
             try:
-                all_started.wait(timeout=1200)
-                e2e.measure(srv, run, chosen, opts, out)
-                all_started_done.wait(timeout=3000)
+                all_started.arrive()  # passes at once; only the stops wait for every start
+                e2e.measure(srv, run, chosen, e2e.Options(**{**opts.__dict__, "gates": ("greedy",)}), out)
+                e2e.write_raw(run, out)
+                print(f"{b.label}: greedy done {run.seconds}", flush=True)
+                e2e.measure(srv, run, chosen, e2e.Options(**{**opts.__dict__, "gates": ("gsm8k",)}), out)
             finally:
+                all_started.all_in(timeout=1200)
                 srv.stop()
             run.seconds["total"] = time.monotonic() - t0
             e2e.write_raw(run, out)
@@ -88,9 +113,7 @@ def main() -> int:
             errors[b.label] = f"{type(exc).__name__}: {exc}"
             print(f"{b.label}: FAILED {errors[b.label][:3000]}", flush=True)
             all_started.abort()
-            all_started_done.abort()
 
-    all_started_done = threading.Barrier(len(builds))
     threads = [threading.Thread(target=one, args=(b,)) for b in builds.values()]
     for t in threads:
         t.start()
