@@ -140,7 +140,7 @@ def eval_python(explicit: str | os.PathLike[str] | None = None) -> Path:
     A venv directory stands for its ``bin/python``. Nothing is checked here:
     ``check_lm_eval`` says in one line whether lm-eval imports there.
     """
-    spec = explicit or os.environ.get(EVAL_PYTHON_ENV) or REPO_ROOT / ".nox" / "_eval"
+    spec = explicit or os.environ.get(EVAL_PYTHON_ENV) or REPO_ROOT / ".nox" / "_eval" / "bin" / "python"
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "bin" / "python"
@@ -651,8 +651,22 @@ def _ids(diffs: Sequence[Mapping[str, Any]], most: int = 20) -> str:
     return ", ".join(ids[:most]) + (f" … (+{len(ids) - most})" if len(ids) > most else "")
 
 
-def _code(text: str | None) -> str:
-    body = _cut(text).replace("```", "`\u200b``")
+def first_difference(a: str | None, b: str | None) -> int:
+    """The index of the first character where two responses differ (the shorter length if one is a prefix)."""
+    a, b = a or "", b or ""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def _excerpt(text: str | None, start: int) -> str:
+    """``text`` from ``start`` (a little before the first difference), cut at ``SUMMARY_RESPONSE_CHARS``."""
+    if text is None:
+        return "(absent)"
+    head = f"…({start} chars) " if start > 0 else ""
+    return head + _cut(text[start:])
+
+
+def _code(text: str) -> str:
+    body = text.replace("```", "`\u200b``")
     return f"```text\n{body}\n```"
 
 
@@ -683,17 +697,24 @@ def render_markdown(
         lines.append("Every response byte-identical.")
         return "\n".join(lines) + "\n"
     lines.append(f"{len(diffs)} question(s) differ: doc ids {_ids(diffs, 50)}.")
-    lines.append(f"Responses cut at {SUMMARY_RESPONSE_CHARS} characters; the JSON differences keep them whole.")
+    lines.append(
+        f"Each pair is shown from shortly before its first difference, cut at {SUMMARY_RESPONSE_CHARS} characters;"
+        " the JSON differences keep the responses whole."
+    )
     for d in diffs[:most]:
+        ra, rb = d.get(a_label), d.get(b_label)
+        at = first_difference(ra, rb)
+        start = max(0, at - 40)
         lines += [
             "",
-            f"**doc {d['doc_id']}** ({d['kind']}): strict {d.get(f'{a_label}_strict')!r} / {d.get(f'{b_label}_strict')!r},"
+            f"**doc {d['doc_id']}** ({d['kind']}): responses differ from character {at};"
+            f" strict {d.get(f'{a_label}_strict')!r} / {d.get(f'{b_label}_strict')!r},"
             f" flexible {d.get(f'{a_label}_flexible')!r} / {d.get(f'{b_label}_flexible')!r}",
             "",
             f"{a_label}:",
-            _code(d.get(a_label)),
+            _code(_excerpt(ra, start)),
             f"{b_label}:",
-            _code(d.get(b_label)),
+            _code(_excerpt(rb, start)),
         ]
     if len(diffs) > most:
         lines += ["", f"… and {len(diffs) - most} more in the JSON differences."]

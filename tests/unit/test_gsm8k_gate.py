@@ -367,3 +367,15 @@ def test_records_round_trip(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_text(json.dumps(recs[0]) + "\n{truncated\n")
     with pytest.raises(Gsm8kError, match="line 2"):
         gsm8k.read_records(tmp_path / "bad.jsonl")
+
+
+def test_markdown_shows_each_pair_from_its_first_difference() -> None:
+    a, b = recs_from_fixture(), recs_from_fixture()
+    common = "y" * 300
+    a[0] = {**a[0], "response": common + "AAAA tail"}
+    b[0] = {**b[0], "response": common + "BBBB tail"}
+    assert gsm8k.first_difference(a[0]["response"], b[0]["response"]) == 300
+    assert gsm8k.first_difference("abc", "abcd") == 3
+    md = compare(a, b).details_markdown
+    assert "differ from character 300" in md
+    assert "…(260 chars) " + "y" * 40 + "AAAA tail" in md and "y" * 40 + "BBBB tail" in md
