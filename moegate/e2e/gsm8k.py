@@ -258,9 +258,12 @@ def write_task_yaml(folder: str | os.PathLike[str], data: Gsm8kData, task: str =
 
 
 def check_lm_eval(python: str | os.PathLike[str], timeout_s: float = 120) -> str:
-    """lm-eval's version in ``python``; ``LmEvalMissing`` with one line when it is absent or another release."""
-    py = Path(python)
-    if not py.exists():
+    """lm-eval's version in ``python`` (a venv folder, or empty for ``eval_python()``'s default).
+
+    ``LmEvalMissing`` with one line when it is absent or another release.
+    """
+    py = eval_python(python or None)
+    if not py.is_file():
         raise LmEvalMissing(f"lm-eval is not installed in {py}: no such interpreter")
     try:
         proc = subprocess.run(
@@ -269,6 +272,8 @@ def check_lm_eval(python: str | os.PathLike[str], timeout_s: float = 120) -> str
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         raise LmEvalMissing(f"lm-eval is not usable in {py}: importing it took over {timeout_s:.0f} s") from None
+    except OSError as exc:
+        raise LmEvalMissing(f"lm-eval is not installed in {py}: {exc.strerror or exc}") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise LmEvalMissing(f"lm-eval is not installed in {py}: {last}")
@@ -382,6 +387,7 @@ def run_gsm8k(
         raise Gsm8kError(f"{run_dir} is not empty; each GSM8K run needs a folder of its own")
     local = task == LOCAL_TASK
     checked = verify_data(data) if local else None
+    python = eval_python(python or None)  # a venv folder stands for its bin/python; empty: the default
     check_lm_eval(python)
     run_dir.mkdir(parents=True, exist_ok=True)
     include = None

@@ -162,6 +162,8 @@ def test_missing_lm_eval_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(LmEvalMissing) as err:
         gsm8k.check_lm_eval(tmp_path / "nope" / "python")
     assert str(err.value).startswith(f"lm-eval is not installed in {tmp_path / 'nope' / 'python'}: ")
+    with pytest.raises(LmEvalMissing, match="not installed in .*: "):
+        gsm8k.check_lm_eval(tmp_path)  # a folder that is no venv
     if _importable("lm_eval"):
         pytest.skip("lm_eval importable in this interpreter")
     with pytest.raises(LmEvalMissing) as err:
