@@ -404,7 +404,7 @@ def run_gsm8k(
     with open(log, "wb") as fh:
         fh.write(("# moegate: " + " ".join(argv) + "\n").encode())
         fh.flush()
-        proc = subprocess.Popen(  # noqa: S603 - our own argv, the given interpreter
+        proc = subprocess.Popen(
             argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=lm_eval_env(run_dir, local_data=local, offline=offline), cwd=run_dir, start_new_session=True,
         )  # fmt: skip
@@ -414,7 +414,9 @@ def run_gsm8k(
             _kill_group(proc)
             if check_alive is not None:
                 check_alive()
-            raise Gsm8kError(f"lm-eval did not finish in {timeout_s:.0f} s; log {log}, last lines:\n{_tail(log)}") from None
+            raise Gsm8kError(
+                f"lm-eval did not finish in {timeout_s:.0f} s; log {log}, last lines:\n{_tail(log)}"
+            ) from None
         except BaseException:
             _kill_group(proc)
             raise
@@ -574,9 +576,7 @@ def read_run(output_path: str | os.PathLike[str], task: str = LOCAL_TASK) -> Gsm
     mine = scores_of(recs)
     for f in FILTERS:
         if not math.isclose(mine[f], scores[f], rel_tol=0, abs_tol=1e-12):
-            raise Gsm8kError(
-                f"{results_path}: exact_match,{f} = {scores[f]} but the logged samples give {mine[f]}"
-            )
+            raise Gsm8kError(f"{results_path}: exact_match,{f} = {scores[f]} but the logged samples give {mine[f]}")
     return Gsm8kRun(task, len(recs), recs, scores, samples_path, results_path)
 
 
@@ -720,9 +720,11 @@ def render_markdown(
         start = max(0, at - 40)
         lines += [
             "",
-            f"**doc {d['doc_id']}** ({d['kind']}): responses differ from character {at};"
-            f" strict {d.get(f'{a_label}_strict')!r} / {d.get(f'{b_label}_strict')!r},"
-            f" flexible {d.get(f'{a_label}_flexible')!r} / {d.get(f'{b_label}_flexible')!r}",
+            (
+                f"**doc {d['doc_id']}** ({d['kind']}): responses differ from character {at};"
+                f" strict {d.get(f'{a_label}_strict')!r} / {d.get(f'{b_label}_strict')!r},"
+                f" flexible {d.get(f'{a_label}_flexible')!r} / {d.get(f'{b_label}_flexible')!r}"
+            ),
             "",
             f"{a_label}:",
             _code(_excerpt(ra, start)),

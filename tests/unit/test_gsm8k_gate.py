@@ -207,7 +207,9 @@ def test_run_refuses_bad_arguments_before_starting_anything(tmp_path: Path) -> N
 def test_lm_eval_failure_names_a_dead_server_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """lm-eval failing: the server's check comes first; a live server leaves lm-eval's own log tail."""
     fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\nif [ \"$1\" = -c ]; then echo 0.4.13; exit 0; fi\necho 'boom: connection refused'\nexit 3\n")
+    fake.write_text(
+        "#!/bin/sh\nif [ \"$1\" = -c ]; then echo 0.4.13; exit 0; fi\necho 'boom: connection refused'\nexit 3\n"
+    )
     fake.chmod(0o755)
     data_folder = tmp_path / "data"
     data_folder.mkdir()
