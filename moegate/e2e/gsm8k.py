@@ -302,7 +302,12 @@ def lm_eval_argv(
         [
             f"model={model}",
             f"base_url={base_url.rstrip('/')}/v1/completions",
-            f"num_concurrent={num_concurrent}",
+            # N in flight as waves: one request carrying N prompts, the next after it returns. lm-eval's
+            # num_concurrent=N sends N independent requests whose batches depend on timing, and on the
+            # H200 that changed 16 of 250 responses between two servers running identical kernels
+            # (results/e2e-h200.md); a wave reaches the engine together, as the greedy gate's do.
+            "num_concurrent=1",
+            f"batch_size={num_concurrent}",
             "max_retries=1",
             "tokenizer_backend=None",
             "tokenized_requests=False",

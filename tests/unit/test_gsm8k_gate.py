@@ -134,7 +134,7 @@ def test_command_line() -> None:
     opts = dict(zip(argv[4::2], argv[5::2], strict=False))
     assert opts["--model"] == "local-completions"
     assert opts["--model_args"] == (
-        "model=tiny,base_url=http://127.0.0.1:8000/v1/completions,num_concurrent=4,max_retries=1,"
+        "model=tiny,base_url=http://127.0.0.1:8000/v1/completions,num_concurrent=1,batch_size=4,max_retries=1,"
         "tokenizer_backend=None,tokenized_requests=False"
     )
     assert "--log_samples" in argv
