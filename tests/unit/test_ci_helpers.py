@@ -162,3 +162,22 @@ def test_a_mismatch_message_carries_the_example_line():
     with pytest.raises(DispatchMismatch) as err:
         assert_path(WrongPath(), case, "legacy")
     assert example_line(case) in str(err.value).splitlines()[2]
+
+
+# --- the CPU torch index: only for the recipes that hold the CPU build ---------------------
+
+
+def test_torch_index_goes_only_to_the_cpu_torch_recipes(monkeypatch):
+    pytest.importorskip("nox", reason="the noxfile needs nox (the unit env has it)")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("moegate_noxfile", ROOT / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noxfile)  # type: ignore[union-attr]
+    base, pr = (noxfile.RELEASES[v]["install"] for v in (noxfile.BASE_VLLM, noxfile.PR_VLLM))
+    monkeypatch.delenv(noxfile.TORCH_INDEX_ENV, raising=False)
+    assert noxfile._torch_index_args(base) == [] and noxfile._torch_index_args(noxfile.UNIT_INSTALL) == []
+    monkeypatch.setenv(noxfile.TORCH_INDEX_ENV, noxfile.PUBLIC_TORCH_INDEX)
+    want = ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
+    assert noxfile._torch_index_args(base) == want and noxfile._torch_index_args(noxfile.UNIT_INSTALL) == want
+    assert noxfile._torch_index_args(pr) == [] and noxfile._torch_index_args(noxfile.LINT_TOOLS) == []
