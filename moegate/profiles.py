@@ -5,7 +5,10 @@
   printed, no example database (nothing to carry between clean clones).
 - ``dev`` (default): random, with the local example database so a failure found
   once is replayed first next time.
-- ``nightly``: many more examples, for the scheduled job.
+- ``nightly``: many more examples, random (not derandomized, even under CI), with an
+  example database in ``.hypothesis/examples`` (or ``$MOEGATE_HYPOTHESIS_DB``) that the
+  scheduled job carries between runs as an artifact, so a failure found one night is
+  replayed first the next.
 - ``power``: what the mutation run uses: derandomized like ``ci``, fewer examples,
   since each mutant only needs to be killed once.
 """
@@ -15,8 +18,11 @@ from __future__ import annotations
 import os
 
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 PROFILE_ENV = "MOEGATE_PROFILE"
+DB_ENV = "MOEGATE_HYPOTHESIS_DB"
+NIGHTLY_DB = os.environ.get(DB_ENV) or os.path.join(".hypothesis", "examples")
 
 settings.register_profile(
     "ci",
@@ -28,7 +34,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", deadline=None, max_examples=100, print_blob=True)
-settings.register_profile("nightly", deadline=None, max_examples=5000, print_blob=True, database=None)
+settings.register_profile(
+    "nightly",
+    derandomize=False,  # explicit: under CI Hypothesis's own default profile derandomizes
+    deadline=None,
+    max_examples=5000,
+    print_blob=True,
+    database=DirectoryBasedExampleDatabase(NIGHTLY_DB),
+)
 settings.register_profile(
     "power", derandomize=True, deadline=None, database=None, max_examples=100, print_blob=True
 )

@@ -1,0 +1,198 @@
+"""The reusable workflow's first step: check its inputs, before anything is installed.
+
+Standard library only: the `plan` job runs it with the runner's own python3.
+
+    python -m moegate.gate_plan plan --tiers dispatch,kernels --base 0.32.0 --pr 0.33.0 [--models tiny] [--remote]
+    python -m moegate.gate_plan nox-arg SPEC        # --vllm=SPEC or --vllm-python=PATH for the nox sessions
+    python -m moegate.gate_plan local-spec SPEC [--dir WHEELS]  # on the runner: the wheel/python found there
+    python -m moegate.gate_plan local-arg SPEC [--dir WHEELS]   # the same, as the nox argument
+
+A build SPEC is a release version (``0.33.0``), a wheel (``*.whl``, a path or an
+http(s) URL) or the python of an existing environment (``/abs/path/bin/python``).
+Bad input is one line on stderr and exit status 1; `plan` writes its outputs as
+``key=value`` lines to ``$GITHUB_OUTPUT`` when that is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+import urllib.error
+import urllib.request
+from pathlib import PurePosixPath
+
+TIERS = ("dispatch", "meta", "kernels", "e2e", "bench")
+GPU_TIERS = ("kernels", "e2e", "bench")
+PAIR_TIERS = ("e2e", "bench")  # compare base and PR; the others gate one build
+META_BASES = ("0.32.0",)  # the meta-check demands the base fail: only the known-bad release (or an env of it)
+VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?([.+-]?[0-9A-Za-z.]+)?$")
+PYPI_JSON = "https://pypi.org/pypi/{project}/json"
+
+
+class PlanError(ValueError):
+    """One line saying which input is wrong and what is accepted."""
+
+
+def parse_tiers(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise PlanError(f"tiers={text!r} names no tier; choose from {', '.join(TIERS)}")
+    for name in names:
+        if name not in TIERS:
+            raise PlanError(f"unknown tier {name!r} in tiers={text!r}; known: {', '.join(TIERS)}")
+    return list(dict.fromkeys(names))
+
+
+def classify(name: str, spec: str) -> str:
+    """'version', 'wheel-url', 'wheel' or 'python'; anything else is a PlanError."""
+    spec = spec.strip()
+    if spec.endswith(".whl"):
+        return "wheel-url" if spec.startswith(("https://", "http://")) else "wheel"
+    if spec.startswith("/") and PurePosixPath(spec).name.startswith("python"):
+        return "python"
+    if VERSION_RE.match(spec):
+        return "version"
+    raise PlanError(
+        f"{name}={spec!r} is not a build: give a release version (0.33.0), a wheel (*.whl path or URL) "
+        "or the python of an existing environment (/abs/path/bin/python)"
+    )
+
+
+def nox_arg(spec: str) -> str:
+    """How the nox sessions take a build: an environment's python, or anything `--vllm=` installs."""
+    return f"--vllm-python={spec}" if classify("build", spec) == "python" else f"--vllm={spec}"
+
+
+def _fetch(url: str, method: str = "GET", timeout: float = 15) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, method=method, headers={"User-Agent": "moegate-plan"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (http(s) only: classify checked it)
+            return resp.status, resp.read() if method == "GET" else b""
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+
+
+def check_remote(name: str, spec: str, fetch=_fetch) -> None:
+    """A version must be a vLLM release on PyPI; a wheel URL must answer. Paths are checked where they are used."""
+    kind = classify(name, spec)
+    try:
+        _check_remote(name, spec, kind, fetch)
+    except (urllib.error.URLError, TimeoutError) as exc:
+        raise PlanError(f"{name}={spec!r}: could not check it: {getattr(exc, 'reason', exc)}") from None
+
+
+def _check_remote(name: str, spec: str, kind: str, fetch) -> None:
+    if kind == "version":
+        status, body = fetch(PYPI_JSON.format(project="vllm"))
+        if status != 200:
+            raise PlanError(f"{name}={spec!r}: could not list vLLM's releases on PyPI (HTTP {status})")
+        releases = json.loads(body).get("releases", {})
+        if spec not in releases:
+            newest = sorted(releases, key=_version_key)[-3:]
+            raise PlanError(f"{name}={spec!r}: vLLM {spec} is not a release on PyPI (newest: {', '.join(newest)})")
+    elif kind == "wheel-url":
+        status, _ = fetch(spec, "HEAD")
+        if status >= 400:
+            raise PlanError(f"{name}={spec!r}: the wheel URL answered HTTP {status}")
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:4])
+
+
+def local_spec(name: str, spec: str, wheel_dir: str = "") -> str:
+    """The build as this runner sees it: a relative wheel (a glob allowed) is found in ``wheel_dir``
+    (the downloaded wheels artifact) or the working directory, and must match exactly one file;
+    a wheel path or an environment's python must exist. Versions and URLs pass unchanged."""
+    kind = classify(name, spec)
+    if kind == "wheel":
+        base = wheel_dir if wheel_dir and not os.path.isabs(spec) and os.path.isdir(wheel_dir) else ""
+        matches = sorted(glob.glob(os.path.join(base, spec))) if base or glob.has_magic(spec) else [spec]
+        found = [m for m in matches if os.path.isfile(m)]
+        if len(found) != 1:
+            where = f"in {wheel_dir}" if base else "on this runner"
+            what = "no such wheel" if not found else f"{len(found)} wheels match ({', '.join(found[:3])})"
+            raise PlanError(f"{name}={spec!r}: {what} {where} ({os.uname().nodename})")
+        return os.path.abspath(found[0])
+    if kind == "python" and not os.access(spec, os.X_OK):
+        raise PlanError(f"{name}={spec!r}: no such python interpreter on this runner ({os.uname().nodename})")
+    return spec
+
+
+def gpu_matrix(tiers: list[str], models: list[str]) -> list[dict[str, str]]:
+    """One leg per (tier, model, build pair). Kernels gate the PR build and need no model."""
+    legs: list[dict[str, str]] = []
+    for tier in tiers:
+        if tier not in GPU_TIERS:
+            continue
+        pair = "base-vs-pr" if tier in PAIR_TIERS else "pr"
+        for model in models if tier == "e2e" else ["-"]:
+            slug = re.sub(r"[^0-9A-Za-z._-]+", "_", model)
+            leg = f"{tier}-{pair}" if model == "-" else f"{tier}-{slug}-{pair}"
+            legs.append({"tier": tier, "model": model, "pair": pair, "leg": leg})
+    return legs
+
+
+def plan(tiers_text: str, base: str, pr: str, models_text: str = "tiny", remote: bool = False) -> dict[str, str]:
+    tiers = parse_tiers(tiers_text)
+    for name, spec in (("base", base), ("pr", pr)):
+        classify(name, spec)
+    if "meta" in tiers and classify("base", base) == "version" and base not in META_BASES:
+        raise PlanError(
+            f"tier 'meta' demands the base fail on host-resident cases: base must be {' or '.join(META_BASES)} "
+            f"or an environment's python, not {base!r}"
+        )
+    models = [m.strip() for m in models_text.split(",") if m.strip()] or ["tiny"]
+    if remote:
+        check_remote("base", base)
+        check_remote("pr", pr)
+    legs = gpu_matrix(tiers, models)
+    out = {f"run-{t}": str(t in tiers).lower() for t in TIERS}
+    out["run-gpu"] = str(bool(legs)).lower()
+    out["gpu-matrix"] = json.dumps({"include": legs}, separators=(",", ":"))
+    out["pr-arg"] = nox_arg(pr)
+    out["base-arg"] = nox_arg(base)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m moegate.gate_plan")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("plan")
+    p.add_argument("--tiers", required=True)
+    p.add_argument("--base", required=True)
+    p.add_argument("--pr", required=True)
+    p.add_argument("--models", default="tiny")
+    p.add_argument("--remote", action="store_true", help="check versions on PyPI and wheel URLs")
+    sub.add_parser("nox-arg").add_argument("spec")
+    for cmd in ("local-spec", "local-arg"):
+        c = sub.add_parser(cmd)
+        c.add_argument("spec")
+        c.add_argument("--name", default="build", help="the input's name, for the message (base, pr)")
+        c.add_argument("--dir", default="", help="where a relative wheel is looked for (the wheels artifact)")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "nox-arg":
+            print(nox_arg(args.spec))
+        elif args.cmd in ("local-spec", "local-arg"):
+            spec = local_spec(args.name, args.spec, args.dir)
+            print(nox_arg(spec) if args.cmd == "local-arg" else spec)
+        else:
+            out = plan(args.tiers, args.base, args.pr, args.models, args.remote)
+            lines = [f"{k}={v}" for k, v in out.items()]
+            print("\n".join(lines))
+            if os.environ.get("GITHUB_OUTPUT"):
+                with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as fh:
+                    fh.write("\n".join(lines) + "\n")
+    except PlanError as exc:
+        print(f"moegate: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""The CI helpers: the executed-test floor, the input check of the reusable gate, the @example line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given  # noqa: F401  (example: the pasted line must evaluate with it in scope)
+
+from moegate import gate_plan, junit_min
+from moegate.case import MoECase
+from moegate.check import EXAMPLE_PREFIX, DispatchMismatch, assert_path, example_line
+from strategies import moe_cases
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- junit_min --------------------------------------------------------------------------
+
+
+def _junit(tmp_path: Path, cases: list[tuple[str, str | None]]) -> Path:
+    body = "".join(
+        f'<testcase classname="{cls}" name="t{i}">' + (f"<{kind} message='x'/>" if kind else "") + "</testcase>"
+        for i, (cls, kind) in enumerate(cases)
+    )
+    path = tmp_path / "r.xml"
+    path.write_text(f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
+    return path
+
+
+def test_junit_counts_executed_tests_only(tmp_path):
+    k = "tests.kernels.test_kernel_properties"
+    path = _junit(tmp_path, [(k, None), (k, "failure"), (k, "skipped"), (k, "error"), ("tests.dispatch.x", None)])
+    c = junit_min.count(path, "tests.kernels")
+    assert (c.tests, c.skipped, c.errors, c.failures, c.executed) == (4, 1, 1, 1, 2)
+    assert junit_min.count(path).executed == 3
+
+
+def test_junit_min_passes_at_the_floor(tmp_path, capsys):
+    path = _junit(tmp_path, [("tests.kernels.a", None)] * 3)
+    assert junit_min.main([str(path), "--min", "3", "--prefix", "tests.kernels"]) == 0
+    assert "3 tests under tests.kernels executed" in capsys.readouterr().out
+
+
+def test_junit_min_fails_with_one_line_when_everything_skipped(tmp_path, capsys):
+    path = _junit(tmp_path, [("tests.kernels.a", "skipped")] * 47 + [("tests.dispatch.b", None)] * 22)
+    assert junit_min.main([str(path), "--min", "40", "--prefix", "tests.kernels"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "junit-min: only 0 tests under tests.kernels executed (47 collected, 47 skipped, 0 errors, 0 failed); at least 40 required"
+
+
+def test_junit_min_missing_report_is_its_own_exit(tmp_path, capsys):
+    assert junit_min.main([str(tmp_path / "none.xml"), "--min", "1"]) == 2
+    assert capsys.readouterr().err.startswith("junit-min: cannot read")
+
+
+# --- gate_plan --------------------------------------------------------------------------
+
+
+def test_unknown_tier_is_one_line_before_anything_else():
+    proc = subprocess.run(
+        [sys.executable, "-m", "moegate.gate_plan", "plan", "--tiers", "dispatch,kernals", "--base", "0.32.0", "--pr", "0.33.0"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip() == (
+        "moegate: unknown tier 'kernals' in tiers='dispatch,kernals'; known: dispatch, meta, kernels, e2e, bench"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind", "arg"),
+    [
+        ("0.33.0", "version", "--vllm=0.33.0"),
+        ("0.10.1.1", "version", "--vllm=0.10.1.1"),
+        ("dist/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl", "wheel", "--vllm=dist/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl"),
+        ("https://example.org/vllm-0.33.0-cp38-abi3-linux_x86_64.whl", "wheel-url", None),
+        ("/opt/envs/vllm/bin/python", "python", "--vllm-python=/opt/envs/vllm/bin/python"),
+        ("/opt/envs/vllm/bin/python3.11", "python", None),
+    ],
+)
+def test_build_specs(spec, kind, arg):
+    assert gate_plan.classify("pr", spec) == kind
+    if arg:
+        assert gate_plan.nox_arg(spec) == arg
+
+
+@pytest.mark.parametrize("spec", ["", "latest", "main", "bin/python", "0.33.0; rm -rf /", "vllm==0.33.0"])
+def test_a_non_build_is_refused(spec):
+    with pytest.raises(gate_plan.PlanError, match="is not a build"):
+        gate_plan.classify("pr", spec)
+
+
+def _fake_pypi(url, method="GET"):
+    if "pypi.org/pypi/vllm/json" in url:
+        return 200, json.dumps({"releases": {"0.32.0": [], "0.33.0": [], "0.9.2": []}}).encode()
+    return (404, b"") if "missing" in url else (200, b"")
+
+
+def test_remote_checks_name_what_does_not_exist():
+    gate_plan.check_remote("pr", "0.33.0", fetch=_fake_pypi)
+    with pytest.raises(gate_plan.PlanError, match=r"pr='0.99.0': vLLM 0.99.0 is not a release on PyPI \(newest: 0.9.2, 0.32.0, 0.33.0\)"):
+        gate_plan.check_remote("pr", "0.99.0", fetch=_fake_pypi)
+    with pytest.raises(gate_plan.PlanError, match="the wheel URL answered HTTP 404"):
+        gate_plan.check_remote("base", "https://example.org/missing/vllm.whl", fetch=_fake_pypi)
+
+
+def test_local_builds_are_found_on_the_runner(tmp_path):
+    assert gate_plan.local_spec("pr", sys.executable) == sys.executable
+    assert gate_plan.local_spec("pr", "0.33.0", str(tmp_path)) == "0.33.0"
+    with pytest.raises(gate_plan.PlanError, match="no such wheel on this runner"):
+        gate_plan.local_spec("pr", str(tmp_path / "vllm.whl"))
+    with pytest.raises(gate_plan.PlanError, match="no such python interpreter"):
+        gate_plan.local_spec("base", "/nonexistent/bin/python")
+    (tmp_path / "pr").mkdir()
+    wheel = tmp_path / "pr" / "vllm-0.34.0.dev3+g1234-cp38-abi3-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    assert gate_plan.local_spec("pr", "pr/*.whl", str(tmp_path)) == str(wheel)
+    (tmp_path / "pr" / "vllm-0.34.0.dev4-cp38-abi3-linux_x86_64.whl").write_bytes(b"")
+    with pytest.raises(gate_plan.PlanError, match=r"2 wheels match .* in "):
+        gate_plan.local_spec("pr", "pr/*.whl", str(tmp_path))
+
+
+def test_plan_fans_gpu_tiers_out_per_model_and_pair():
+    out = gate_plan.plan("dispatch,kernels,e2e,bench", "0.32.0", "0.33.0", "tiny, qwen3-30b-a3b")
+    legs = json.loads(out["gpu-matrix"])["include"]
+    assert [leg["leg"] for leg in legs] == [
+        "kernels-pr", "e2e-tiny-base-vs-pr", "e2e-qwen3-30b-a3b-base-vs-pr", "bench-base-vs-pr",
+    ]
+    assert out["run-dispatch"] == "true" and out["run-meta"] == "false" and out["run-gpu"] == "true"
+    assert gate_plan.plan("dispatch", "0.32.0", "0.33.0")["gpu-matrix"] == '{"include":[]}'
+
+
+def test_meta_needs_the_known_bad_base():
+    with pytest.raises(gate_plan.PlanError, match="tier 'meta' demands the base fail"):
+        gate_plan.plan("meta", "0.31.0", "0.33.0")
+    assert gate_plan.plan("meta", "/opt/base/bin/python", "0.33.0")["run-meta"] == "true"
+
+
+# --- the @example line a nightly failure prints ------------------------------------------
+
+
+@given(case=moe_cases())
+def test_example_line_pastes_back_to_the_same_case(case):
+    line = example_line(case)
+    assert line.startswith(EXAMPLE_PREFIX + "@example(case=MoECase.from_dict(") and "\n" not in line
+    decorator = eval(line.removeprefix(EXAMPLE_PREFIX)[1:], {"example": example, "MoECase": MoECase})  # noqa: S307
+    assert decorator._this_example.kwargs["case"] == case  # what hypothesis.example recorded
+
+
+def test_a_mismatch_message_carries_the_example_line():
+    case = MoECase(num_tokens=1, top_k=1, num_experts=8)
+
+    class WrongPath:
+        def run(self, case, entrypoint):
+            return type("Obs", (), {"path": "sorted"})()
+
+    with pytest.raises(DispatchMismatch) as err:
+        assert_path(WrongPath(), case, "legacy")
+    assert example_line(case) in str(err.value).splitlines()[2]
+
+
+# --- the CPU torch index: only for the recipes that hold the CPU build ---------------------
+
+
+def test_torch_index_goes_only_to_the_cpu_torch_recipes(monkeypatch):
+    pytest.importorskip("nox", reason="the noxfile needs nox (the unit env has it)")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("moegate_noxfile", ROOT / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noxfile)  # type: ignore[union-attr]
+    base, pr = (noxfile.RELEASES[v]["install"] for v in (noxfile.BASE_VLLM, noxfile.PR_VLLM))
+    monkeypatch.delenv(noxfile.TORCH_INDEX_ENV, raising=False)
+    assert noxfile._torch_index_args(base) == [] and noxfile._torch_index_args(noxfile.UNIT_DEPS) == []
+    monkeypatch.setenv(noxfile.TORCH_INDEX_ENV, noxfile.PUBLIC_TORCH_INDEX)
+    want = ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
+    assert noxfile._torch_index_args(base) == want and noxfile._torch_index_args(noxfile.UNIT_DEPS) == want
+    assert noxfile._torch_index_args(pr) == [] and noxfile._torch_index_args(noxfile.LINT_TOOLS) == []

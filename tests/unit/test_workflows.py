@@ -1,0 +1,221 @@
+"""The workflows' structure: what makes the gate a gate, checked on every change.
+
+Each rule is a function from the parsed workflows to a list of problems; the real
+files must have none, and a deliberately broken copy must trip each rule.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is not installed here (the unit env has it: nox -s unit)")
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+FILES = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [ROOT / "examples" / "vllm-caller.yml"]
+GATE, REUSABLE = "gate.yml", "moegate.yml"
+FINAL_JOB = {GATE: "gate", REUSABLE: "verdict"}  # the job that must need every other job
+PRIVILEGED = ("pull_request_target", "workflow_run")
+GPU_LABELS = {"self-hosted", "gpu"}
+SHA_PIN = re.compile(r"^\s*-?\s*uses:\s*([^\s#]+)(?:\s+#\s*(\S.*))?$")
+
+Workflows = dict[str, dict[str, Any]]  # name -> {"text": str, "data": parsed}
+
+
+def load() -> Workflows:
+    return {p.name: {"text": p.read_text(), "data": yaml.safe_load(p.read_text())} for p in FILES}
+
+
+def _triggers(data: dict[str, Any]) -> dict[str, Any]:
+    on = data.get("on", data.get(True))  # YAML 1.1 reads a bare `on` as True
+    return on if isinstance(on, dict) else {t: None for t in ([on] if isinstance(on, str) else on or [])}
+
+
+def _labels(job: dict[str, Any]) -> set[str]:
+    runs_on = job.get("runs-on", [])
+    if isinstance(runs_on, dict):
+        runs_on = runs_on.get("labels", [])
+    return {runs_on} if isinstance(runs_on, str) else set(runs_on)
+
+
+def _gpu_jobs(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n: j for n, j in data.get("jobs", {}).items() if "self-hosted" in _labels(j) or "gpu" in n}
+
+
+# --- the rules ----------------------------------------------------------------------------
+
+
+def final_job_needs_everything(wfs: Workflows) -> list[str]:
+    problems = []
+    for name, final in FINAL_JOB.items():
+        jobs = wfs[name]["data"]["jobs"]
+        if final not in jobs:
+            problems.append(f"{name}: no {final!r} job")
+            continue
+        needs = jobs[final].get("needs", [])
+        needs = {needs} if isinstance(needs, str) else set(needs)
+        missing = sorted(set(jobs) - {final} - needs)
+        if missing:
+            problems.append(f"{name}: job {final!r} does not need {', '.join(missing)}")
+        if jobs[final].get("if") != "always()":
+            problems.append(f"{name}: job {final!r} must run always() so a failed or skipped tier fails it")
+    return problems
+
+
+def gpu_jobs_keep_labels_and_floor(wfs: Workflows) -> list[str]:
+    problems = []
+    gpu = _gpu_jobs(wfs[REUSABLE]["data"])
+    if not gpu:
+        problems.append(f"{REUSABLE}: no GPU job")
+    for job_name, job in gpu.items():
+        if not GPU_LABELS <= _labels(job):
+            problems.append(f"{REUSABLE}: GPU job {job_name!r} runs on {sorted(_labels(job))}, not on the {sorted(GPU_LABELS)} pool")
+        runs = " ".join(str(s.get("run", "")) for s in job.get("steps", []))
+        if not re.search(r"moegate\.junit_min \S+ --min \S+ --prefix tests\.kernels", runs):
+            problems.append(f"{REUSABLE}: GPU job {job_name!r} lost its executed-kernel-test minimum (moegate.junit_min)")
+    default = _triggers(wfs[REUSABLE]["data"])["workflow_call"]["inputs"]["min-kernel-tests"].get("default", 0)
+    given = wfs[GATE]["data"]["jobs"]["moegate"].get("with", {}).get("min-kernel-tests", default)
+    if not (isinstance(default, int) and default > 0 and isinstance(given, int) and given > 0):
+        problems.append(f"min-kernel-tests must be at least 1 (default {default!r}, gate.yml passes {given!r})")
+    return problems
+
+
+def no_privileged_trigger(wfs: Workflows) -> list[str]:
+    problems = []
+    for name, wf in wfs.items():
+        for trigger in PRIVILEGED:
+            if trigger in _triggers(wf["data"]) or re.search(rf"^\s*{trigger}\s*:", wf["text"], re.M):
+                problems.append(f"{name}: privileged trigger {trigger}")
+    return problems
+
+
+def actions_pinned_by_sha(wfs: Workflows) -> list[str]:
+    problems = []
+    for name, wf in wfs.items():
+        for lineno, line in enumerate(wf["text"].splitlines(), 1):
+            m = SHA_PIN.match(line)
+            if not m or m.group(1).startswith(("./", "$/")):
+                continue
+            ref = m.group(1).rpartition("@")[2]
+            if not re.fullmatch(r"[0-9a-f]{40}", ref):
+                problems.append(f"{name}:{lineno}: {m.group(1)} is not pinned by a full commit SHA")
+            elif not m.group(2):
+                problems.append(f"{name}:{lineno}: {m.group(1)} has no comment naming its tag")
+    return problems
+
+
+def hardened_jobs(wfs: Workflows) -> list[str]:
+    """Least privilege, timeouts, no persisted token, no `${{ }}` spliced into a script."""
+    problems = []
+    for name, wf in wfs.items():
+        data = wf["data"]
+        if data.get("permissions") != {}:
+            problems.append(f"{name}: top-level permissions must be {{}}")
+        for job_name, job in data["jobs"].items():
+            if "permissions" not in job:
+                problems.append(f"{name}: job {job_name!r} declares no permissions")
+            if "uses" not in job and "timeout-minutes" not in job:
+                problems.append(f"{name}: job {job_name!r} has no timeout-minutes")
+            for step in job.get("steps", []):
+                if "${{" in str(step.get("run", "")):
+                    problems.append(f"{name}: job {job_name!r} splices an expression into a script (use env:)")
+                if str(step.get("uses", "")).startswith("actions/checkout@") and (step.get("with") or {}).get(
+                    "persist-credentials"
+                ) is not False:
+                    problems.append(f"{name}: job {job_name!r} checks out without persist-credentials: false")
+    return problems
+
+
+RULES = [final_job_needs_everything, gpu_jobs_keep_labels_and_floor, no_privileged_trigger, actions_pinned_by_sha, hardened_jobs]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
+def test_the_workflows_keep_the_rule(rule):
+    assert rule(load()) == []
+
+
+# --- each rule trips on a broken copy -----------------------------------------------------
+
+
+def _broken(edit) -> Workflows:
+    wfs = copy.deepcopy(load())
+    edit(wfs)
+    return wfs
+
+
+def _drop_need(wfs: Workflows) -> None:
+    wfs[GATE]["data"]["jobs"]["gate"]["needs"].remove("moegate")
+
+
+def _new_tier_job(wfs: Workflows) -> None:
+    wfs[REUSABLE]["data"]["jobs"]["e2e-extra"] = {"runs-on": "ubuntu-24.04", "permissions": {}, "timeout-minutes": 5}
+
+
+def _drop_labels(wfs: Workflows) -> None:
+    wfs[REUSABLE]["data"]["jobs"]["gpu"]["runs-on"] = ["self-hosted", "linux"]
+
+
+def _drop_floor(wfs: Workflows) -> None:
+    steps = wfs[REUSABLE]["data"]["jobs"]["gpu"]["steps"]
+    wfs[REUSABLE]["data"]["jobs"]["gpu"]["steps"] = [s for s in steps if "junit_min" not in str(s.get("run", ""))]
+
+
+def _zero_floor(wfs: Workflows) -> None:
+    wfs[GATE]["data"]["jobs"]["moegate"]["with"]["min-kernel-tests"] = 0
+
+
+def _privileged(wfs: Workflows) -> None:
+    wfs[GATE]["text"] = wfs[GATE]["text"].replace("  pull_request:\n", "  pull_request_target:\n", 1)
+    wfs[GATE]["data"]["on" if "on" in wfs[GATE]["data"] else True]["pull_request_target"] = None
+
+
+def _workflow_run(wfs: Workflows) -> None:
+    wfs["vllm-caller.yml"]["text"] += "\n# smuggled\non2:\n  workflow_run:\n    workflows: [x]\n"
+
+
+def _tag_pin(wfs: Workflows) -> None:
+    wfs[REUSABLE]["text"] = re.sub(r"actions/upload-artifact@[0-9a-f]{40}", "actions/upload-artifact@v6", wfs[REUSABLE]["text"], count=1)
+
+
+def _no_tag_comment(wfs: Workflows) -> None:
+    wfs[GATE]["text"] = re.sub(r"(actions/checkout@[0-9a-f]{40}) # \S+", r"\1", wfs[GATE]["text"], count=1)
+
+
+def _splice(wfs: Workflows) -> None:
+    wfs[GATE]["data"]["jobs"]["unit"]["steps"].append({"run": "echo ${{ github.head_ref }}"})
+
+
+def _persisted_token(wfs: Workflows) -> None:
+    wfs[GATE]["data"]["jobs"]["lint"]["steps"][0]["with"].pop("persist-credentials")
+
+
+def _no_timeout(wfs: Workflows) -> None:
+    wfs[REUSABLE]["data"]["jobs"]["plan"].pop("timeout-minutes")
+
+
+@pytest.mark.parametrize(
+    ("edit", "rule", "says"),
+    [
+        (_drop_need, final_job_needs_everything, "job 'gate' does not need moegate"),
+        (_new_tier_job, final_job_needs_everything, "job 'verdict' does not need e2e-extra"),
+        (_drop_labels, gpu_jobs_keep_labels_and_floor, "not on the ['gpu', 'self-hosted'] pool"),
+        (_drop_floor, gpu_jobs_keep_labels_and_floor, "lost its executed-kernel-test minimum"),
+        (_zero_floor, gpu_jobs_keep_labels_and_floor, "gate.yml passes 0"),
+        (_privileged, no_privileged_trigger, "gate.yml: privileged trigger pull_request_target"),
+        (_workflow_run, no_privileged_trigger, "vllm-caller.yml: privileged trigger workflow_run"),
+        (_tag_pin, actions_pinned_by_sha, "actions/upload-artifact@v6 is not pinned by a full commit SHA"),
+        (_no_tag_comment, actions_pinned_by_sha, "has no comment naming its tag"),
+        (_splice, hardened_jobs, "splices an expression into a script"),
+        (_persisted_token, hardened_jobs, "without persist-credentials: false"),
+        (_no_timeout, hardened_jobs, "job 'plan' has no timeout-minutes"),
+    ],
+    ids=lambda v: getattr(v, "__name__", None),
+)
+def test_a_broken_copy_trips_the_rule(edit, rule, says):
+    problems = rule(_broken(edit))
+    assert any(says in p for p in problems), problems
