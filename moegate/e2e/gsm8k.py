@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moegate.e2e import datasets
 from moegate.e2e.verdict import GateResult
 
 GATE = "gsm8k"
@@ -65,11 +66,8 @@ NUM_CONCURRENT = 4
 SEED = 0
 """``--seed 0``: Python, numpy, torch and few-shot sampling seeds all 0, the same for every build."""
 
-# The data set's own checksums, from ../shared/data/gsm8k/README.md (openai/grade-school-math).
-CHECKSUMS = {
-    "test.jsonl": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
-    "train.jsonl": "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
-}
+CHECKSUMS = datasets.GSM8K_SHA256
+"""The data set's own checksums (``moegate/e2e/datasets.py`` keeps them, with their source)."""
 DATA_ENV = "MOEGATE_GSM8K_DIR"
 EVAL_PYTHON_ENV = "MOEGATE_EVAL_PYTHON"
 
@@ -156,16 +154,7 @@ def eval_python(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """``explicit``, else ``$MOEGATE_GSM8K_DIR``, else ``../shared/data/gsm8k`` beside the repository."""
-    spec = explicit or os.environ.get(DATA_ENV) or REPO_ROOT.parent / "shared" / "data" / "gsm8k"
-    return Path(spec).expanduser()
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return datasets.gsm8k_dir(explicit)
 
 
 def sha256_text(text: str) -> str:
@@ -182,19 +171,11 @@ class Gsm8kData:
 
 def verify_data(folder: str | os.PathLike[str] | None = None) -> Gsm8kData:
     """The checked data folder; a missing file or a wrong checksum is one line (``Gsm8kDataError``)."""
-    base = data_dir(folder)
-    hashes: dict[str, str] = {}
-    for name, want in CHECKSUMS.items():
-        path = base / name
-        if not path.is_file():
-            raise Gsm8kDataError(
-                f"GSM8K data: {path} is missing (point {DATA_ENV} or --gsm8k-dir at the folder with test.jsonl and train.jsonl)"
-            )
-        got = sha256_file(path)
-        if got != want:
-            raise Gsm8kDataError(f"GSM8K data: {path} has sha256 {got}, expected {want}: not the published file")
-        hashes[name] = got
-    return Gsm8kData(base.resolve(), (base / "test.jsonl").resolve(), (base / "train.jsonl").resolve(), hashes)
+    try:
+        test, train = (datasets.gsm8k_file(n, folder) for n in ("test.jsonl", "train.jsonl"))
+    except datasets.DataError as exc:
+        raise Gsm8kDataError(f"GSM8K data: {exc}") from None
+    return Gsm8kData(test.parent.resolve(), test.resolve(), train.resolve(), dict(datasets.GSM8K_SHA256))
 
 
 # --- the task YAML -------------------------------------------------------------
@@ -306,8 +287,7 @@ def lm_eval_argv(
             # num_concurrent=N sends N independent requests whose batches depend on timing, and on the
             # H200 that changed 16 of 250 responses between two servers running identical kernels
             # (results/e2e-h200.md); a wave reaches the engine together, as the greedy gate's do.
-            "num_concurrent=1",
-            f"batch_size={num_concurrent}",
+            "num_concurrent=1",  # with --batch_size N below
             "max_retries=1",
             "tokenizer_backend=None",
             "tokenized_requests=False",
@@ -323,6 +303,7 @@ def lm_eval_argv(
         argv += ["--include_path", str(include_path)]
     argv += [
         "--num_fewshot", str(num_fewshot),
+        "--batch_size", str(num_concurrent),
         "--limit", str(limit),
         "--log_samples",
         "--output_path", str(output_path),

@@ -139,7 +139,7 @@ def golden_key(gate: str, run: BuildRun, opts: Options, in_flight: int | None) -
         model_hash=model_hash(opts.model) if Path(opts.model).is_dir() else opts.model.replace("/", "--"),
         flags=tuple(a for a in flags if a),
         size=f"p{len(run.greedy[in_flight or 1])}-t{opts.max_tokens}" if gate == "greedy"
-        else f"n{opts.gsm8k_limit}-{opts.gsm8k_task}",
+        else f"n{opts.gsm8k_limit}-{opts.gsm8k_task}-waves4",  # 4 in flight as waves (lm-eval --batch_size 4)
         in_flight=in_flight,
     )
 

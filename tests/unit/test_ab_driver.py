@@ -447,3 +447,32 @@ def test_a_resumed_run_continues_the_same_schedule_and_keeps_the_first_sizing(tm
                    resume=True)
     with pytest.raises(DriverError, match="another plan"):
         other.run()
+
+
+def test_the_bench_worker_imports_once_runs_many_and_survives_a_failed_run(tmp_path):
+    """BenchWorkers -> python -m moegate.vllm.bench_serve --worker with the stand-in vLLM: one process for
+    several runs, each answered in order; a run that raises fails alone and the worker goes on."""
+    pkg = tmp_path / "site" / "vllm" / "benchmarks"
+    pkg.mkdir(parents=True)
+    (tmp_path / "site" / "vllm" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "serve.py").write_text(FAKE_SERVE.replace(
+        "def main(args):\n", "def main(args):\n    print('noise on stdout')\n    assert args.model != 'boom', 'planted'\n"
+    ))
+    from moegate.ab.driver import BenchError, BenchWorkers
+
+    b = SimpleNamespace(label="x", python=sys.executable, env={"PYTHONPATH": str(tmp_path / "site")}, server_args=())
+    workers = BenchWorkers(tmp_path / "w", timeout_s=120)
+    try:
+        first = workers(b, ["--model", "m", "--max-concurrency", "2"], tmp_path / "a.json", tmp_path / "a.log")
+        pid = workers.procs["x"][0].pid
+        with pytest.raises(BenchError, match="planted"):
+            workers(b, ["--model", "boom", "--max-concurrency", "2"], tmp_path / "b.json", tmp_path / "b.log")
+        third = workers(b, ["--model", "m", "--max-concurrency", "4"], tmp_path / "c.json", tmp_path / "c.log")
+        assert workers.procs["x"][0].pid == pid  # the same process all along
+    finally:
+        workers.close()
+    assert first["output_throughput"] == 25.0 and third["output_throughput"] == 50.0
+    assert "noise on stdout" in (tmp_path / "a.log").read_text()  # the benchmark's prints went to the log
+    assert "AssertionError" in (tmp_path / "b.log").read_text() and not (tmp_path / "b.json").exists()
+    assert not workers.procs
