@@ -35,13 +35,12 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise DriverError(f"--*-env {pair!r}: expected KEY=VALUE")
-        out[key] = value
-    return out
+    from moegate.e2e.build import env_pairs
+
+    try:
+        return env_pairs(pairs)
+    except ValueError as exc:
+        raise DriverError(str(exc)) from None
 
 
 def parser() -> argparse.ArgumentParser:

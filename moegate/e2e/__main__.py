@@ -18,21 +18,11 @@ import time
 from pathlib import Path
 
 from moegate.e2e import report
-from moegate.e2e.build import Build, BuildError, parse_build
+from moegate.e2e.build import Build, BuildError, env_pairs, parse_build
 from moegate.e2e.datasets import DataError
 from moegate.e2e.server import ServerError
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _env_pairs(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"moegate.e2e: --*-env takes KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -65,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--gsm8k-limit", type=int, default=250)
     r.add_argument("--gsm8k-task", default="moegate_gsm8k", help="moegate_gsm8k (local data) or gsm8k (lm-eval's)")
     r.add_argument("--gsm8k-dir", default=None)
+    r.add_argument("--no-gsm8k-repeat", action="store_true", help="run GSM8K once per build (no self-check)")
     r.add_argument("--startup-timeout", type=float, default=900)
     r.add_argument("--out", default=str(ROOT / "reports" / "e2e-run"))
     r.add_argument("--report", default=str(ROOT / "reports" / "e2e.md"))
@@ -101,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
     builds = [
         parse_build(
             getattr(args, f"{side}_label"), getattr(args, side),
-            server_args=getattr(args, f"{side}_args"), env=_env_pairs(getattr(args, f"{side}_env")),
+            server_args=getattr(args, f"{side}_args"), env=env_pairs(getattr(args, f"{side}_env")),
         )  # fmt: skip
         for side in ("base", "pr")
     ]
@@ -110,7 +101,8 @@ def _run(args: argparse.Namespace) -> int:
     opts = e2e.Options(
         model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=gates, in_flight=args.in_flight,
         max_tokens=args.max_tokens, eval_python=args.eval_python, gsm8k_limit=args.gsm8k_limit,
-        gsm8k_task=args.gsm8k_task, gsm8k_dir=args.gsm8k_dir, startup_timeout_s=args.startup_timeout, bless=args.bless,
+        gsm8k_task=args.gsm8k_task, gsm8k_dir=args.gsm8k_dir, gsm8k_repeat=not args.no_gsm8k_repeat,
+        startup_timeout_s=args.startup_timeout, bless=args.bless,
     )  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -216,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"run": _run, "compare": _compare, "prompts": _prompts}[args.cmd](args)
-    except (DataError, BuildError, ServerError) as exc:
+    except (DataError, BuildError, ServerError, ValueError) as exc:
         print(f"moegate.e2e: {exc}", file=sys.stderr)
         return 2
 

@@ -108,3 +108,14 @@ def parse_build(label: str, spec: str, *, server_args: str = "", env: Mapping[st
     if path.is_dir():
         path = path / "bin" / "python"
     return Build(label, str(path), dict(env or {}), tuple(shlex.split(server_args)))
+
+
+def env_pairs(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` words (a build's ``--*-env`` options) as a mapping; anything else is a ValueError."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--*-env takes KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out

@@ -283,11 +283,12 @@ def lm_eval_argv(
         [
             f"model={model}",
             f"base_url={base_url.rstrip('/')}/v1/completions",
-            # N in flight as waves: one request carrying N prompts, the next after it returns. lm-eval's
-            # num_concurrent=N sends N independent requests whose batches depend on timing, and on the
-            # H200 that changed 16 of 250 responses between two servers running identical kernels
-            # (results/e2e-h200.md); a wave reaches the engine together, as the greedy gate's do.
-            "num_concurrent=1",  # with --batch_size N below
+            # N independent requests in flight, as the change description's own GSM8K run had them.
+            # Which requests share a decode batch then depends on timing; on the H200 neither this
+            # nor waves of N prompts per request (--batch_size N) gave a random model reproducible
+            # responses (results/e2e-h200.md), so the gate runs each build twice and compares two
+            # builds only where each reproduces itself (moegate/e2e/run.py).
+            f"num_concurrent={num_concurrent}",
             "max_retries=1",
             "tokenizer_backend=None",
             "tokenized_requests=False",
@@ -303,7 +304,6 @@ def lm_eval_argv(
         argv += ["--include_path", str(include_path)]
     argv += [
         "--num_fewshot", str(num_fewshot),
-        "--batch_size", str(num_concurrent),
         "--limit", str(limit),
         "--log_samples",
         "--output_path", str(output_path),

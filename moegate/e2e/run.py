@@ -41,6 +41,8 @@ class Options:
     gsm8k_limit: int = 250
     gsm8k_task: str = "moegate_gsm8k"
     gsm8k_dir: str | None = None
+    gsm8k_repeat: bool = True
+    """Run GSM8K twice on each server and compare builds only where each reproduces itself."""
     startup_timeout_s: float = 900
     bless: bool = False
 
@@ -53,6 +55,7 @@ class BuildRun:
     greedy: dict[int, list[greedy.Completion]] = field(default_factory=dict)
     repeat: dict[int, list[greedy.Completion]] = field(default_factory=dict)
     gsm8k: Any = None
+    gsm8k_repeat: Any = None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -95,10 +98,12 @@ def measure(srv: Server, run: BuildRun, prompts: Sequence[Prompt], opts: Options
         from moegate.e2e import gsm8k
 
         t = time.monotonic()
-        run.gsm8k = gsm8k.run_on_server(
-            srv, out / f"gsm8k-{run.build.label}", python=opts.eval_python or "",
-            limit=opts.gsm8k_limit, task=opts.gsm8k_task, data=opts.gsm8k_dir,
-        )  # fmt: skip
+        kw: dict[str, Any] = {
+            "python": opts.eval_python or "", "limit": opts.gsm8k_limit, "task": opts.gsm8k_task, "data": opts.gsm8k_dir,
+        }  # fmt: skip
+        run.gsm8k = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}", **kw)
+        if opts.gsm8k_repeat:
+            run.gsm8k_repeat = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}-repeat", **kw)
         run.seconds["gsm8k"] = time.monotonic() - t
 
 
@@ -139,7 +144,7 @@ def golden_key(gate: str, run: BuildRun, opts: Options, in_flight: int | None) -
         model_hash=model_hash(opts.model) if Path(opts.model).is_dir() else opts.model.replace("/", "--"),
         flags=tuple(a for a in flags if a),
         size=f"p{len(run.greedy[in_flight or 1])}-t{opts.max_tokens}" if gate == "greedy"
-        else f"n{opts.gsm8k_limit}-{opts.gsm8k_task}-waves4",  # 4 in flight as waves (lm-eval --batch_size 4)
+        else f"n{opts.gsm8k_limit}-{opts.gsm8k_task}-c4",
         in_flight=in_flight,
     )
 
@@ -211,7 +216,21 @@ def compare_builds(base: BuildRun, pr: BuildRun, opts: Options, decode: greedy.D
             for r in (base, pr):
                 results.append(check_golden("greedy", r, opts, c, decode))
     if "gsm8k" in opts.gates:
-        results.append(gsm8k.compare_runs(base.gsm8k, pr.gsm8k, labels=(base.build.label, pr.build.label)))
+        stable = []
+        for r in (base, pr):
+            if r.gsm8k_repeat is not None:
+                res = gsm8k.compare_runs(r.gsm8k, r.gsm8k_repeat, labels=("first", "second"))
+                res.gate = f"gsm8k, {r.build.label} twice"
+                results.append(res)
+                stable.append(res.passed)
+        res = gsm8k.compare_runs(base.gsm8k, pr.gsm8k, labels=(base.build.label, pr.build.label))
+        if not all(stable):
+            res.passed = False
+            res.summary = (
+                "not comparable: a build's GSM8K responses are not reproducible against themselves "
+                f"(see above); between builds: {res.summary}"
+            )
+        results.append(res)
         for r in (base, pr):
             results.append(check_golden("gsm8k", r, opts, None, None))
     return results
@@ -239,9 +258,9 @@ def read_raw(out: Path, label: str) -> BuildRun:
 
     run.greedy = {int(k): completions(v) for k, v in raw.get("greedy", {}).items()}
     run.repeat = {int(k): completions(v) for k, v in raw.get("repeat", {}).items()}
-    folder = out / f"gsm8k-{label}" / "lm_eval"
-    if folder.is_dir():
-        from moegate.e2e import gsm8k
+    from moegate.e2e import gsm8k
 
-        run.gsm8k = gsm8k.read_run(folder)
+    for attr, folder in (("gsm8k", out / f"gsm8k-{label}" / "lm_eval"), ("gsm8k_repeat", out / f"gsm8k-{label}-repeat" / "lm_eval")):
+        if folder.is_dir():
+            setattr(run, attr, gsm8k.read_run(folder))
     return run

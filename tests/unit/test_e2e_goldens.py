@@ -73,3 +73,10 @@ def test_render_is_one_json_object_a_line_with_provenance_first():
     lines = goldens.render(PROV, RECORDS).splitlines()
     assert json.loads(lines[0]) == {"provenance": PROV}
     assert [json.loads(x) for x in lines[1:]] == RECORDS
+
+
+def test_blessing_the_same_records_again_leaves_the_golden_alone(tmp_path):
+    goldens.check(KEY, PROV, RECORDS, bless=True, directory=tmp_path)
+    before = KEY.path(tmp_path).read_bytes()
+    again = goldens.check(KEY, {**PROV, "date": "later"}, RECORDS, bless=True, directory=tmp_path)
+    assert "unchanged" in again.message and KEY.path(tmp_path).read_bytes() == before
