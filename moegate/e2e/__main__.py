@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--gsm8k-limit", type=int, default=250)
     r.add_argument("--gsm8k-task", default="moegate_gsm8k", help="moegate_gsm8k (local data) or gsm8k (lm-eval's)")
     r.add_argument("--gsm8k-dir", default=None)
+    r.add_argument("--gsm8k-in-flight", type=int, default=4, help="lm-eval's concurrent requests (default 4)")
     r.add_argument("--no-gsm8k-repeat", action="store_true", help="run GSM8K once per build (no self-check)")
     r.add_argument("--startup-timeout", type=float, default=900)
     r.add_argument("--out", default=str(ROOT / "reports" / "e2e-run"))
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--server-args", default="", help="the flags both builds ran with")
     c.add_argument("--gates", default="greedy,gsm8k")
     c.add_argument("--gsm8k-limit", type=int, default=250)
+    c.add_argument("--gsm8k-in-flight", type=int, default=4)
     c.add_argument("--max-tokens", type=int, default=128)
     c.add_argument("--report", required=True)
     c.add_argument("--bless", action="store_true")
@@ -102,6 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=gates, in_flight=args.in_flight,
         max_tokens=args.max_tokens, eval_python=args.eval_python, gsm8k_limit=args.gsm8k_limit,
         gsm8k_task=args.gsm8k_task, gsm8k_dir=args.gsm8k_dir, gsm8k_repeat=not args.no_gsm8k_repeat,
+        gsm8k_in_flight=args.gsm8k_in_flight,
         startup_timeout_s=args.startup_timeout, bless=args.bless,
     )  # fmt: skip
     out = Path(args.out)
@@ -163,6 +166,7 @@ def _compare(args: argparse.Namespace) -> int:
     opts = e2e.Options(
         model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=tuple(args.gates.split(",")),
         in_flight=in_flight, max_tokens=args.max_tokens, gsm8k_limit=args.gsm8k_limit, bless=args.bless,
+        gsm8k_in_flight=args.gsm8k_in_flight,
     )  # fmt: skip
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
     results = e2e.compare_builds(runs[0], runs[1], opts, decode)

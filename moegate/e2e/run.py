@@ -41,6 +41,7 @@ class Options:
     gsm8k_limit: int = 250
     gsm8k_task: str = "moegate_gsm8k"
     gsm8k_dir: str | None = None
+    gsm8k_in_flight: int = 4
     gsm8k_repeat: bool = True
     """Run GSM8K twice on each server and compare builds only where each reproduces itself."""
     startup_timeout_s: float = 900
@@ -100,6 +101,7 @@ def measure(srv: Server, run: BuildRun, prompts: Sequence[Prompt], opts: Options
         t = time.monotonic()
         kw: dict[str, Any] = {
             "python": opts.eval_python or "", "limit": opts.gsm8k_limit, "task": opts.gsm8k_task, "data": opts.gsm8k_dir,
+            "num_concurrent": opts.gsm8k_in_flight,
         }  # fmt: skip
         run.gsm8k = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}", **kw)
         if opts.gsm8k_repeat:
@@ -144,7 +146,7 @@ def golden_key(gate: str, run: BuildRun, opts: Options, in_flight: int | None) -
         model_hash=model_hash(opts.model) if Path(opts.model).is_dir() else opts.model.replace("/", "--"),
         flags=tuple(a for a in flags if a),
         size=f"p{len(run.greedy[in_flight or 1])}-t{opts.max_tokens}" if gate == "greedy"
-        else f"n{opts.gsm8k_limit}-{opts.gsm8k_task}-c4",
+        else f"n{opts.gsm8k_limit}-{opts.gsm8k_task}-c{opts.gsm8k_in_flight}",
         in_flight=in_flight,
     )
 
