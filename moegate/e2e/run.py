@@ -90,7 +90,7 @@ def measure(srv: Server, run: BuildRun, prompts: Sequence[Prompt], opts: Options
     if "greedy" in opts.gates:
         t = time.monotonic()
         for c in opts.in_flight:
-            kw: dict[str, Any] = {"max_tokens": opts.max_tokens, "check_alive": srv.check_alive}
+            kw: dict[str, Any] = {"max_tokens": opts.max_tokens, "check_alive": lambda: srv.check_alive(grace_s=5)}
             run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
             if c > 1:  # the same build twice at c in flight: the precondition for comparing two builds there
                 run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)

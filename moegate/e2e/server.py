@@ -160,8 +160,8 @@ class Server:
             "--served-model-name", self.model_name,
             "--host", "127.0.0.1",
             "--port", str(self.port),
-            *self.build.server_args,
             *self.args,
+            *self.build.server_args,  # last: a build's own flags override the common ones
         ]  # fmt: skip
 
     def log_tail(self, n: int = 40) -> str:
@@ -219,7 +219,15 @@ class Server:
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             return False
 
-    def check_alive(self) -> None:
+    def check_alive(self, grace_s: float = 0.0) -> None:
+        """Raise ``ServerError`` (with the log) if the server has died, waiting up to ``grace_s`` for it.
+
+        The grace is for callers that just lost a connection: the socket closes a moment
+        before the process can be reaped, and the dead server is the error worth reporting.
+        """
+        deadline = time.monotonic() + grace_s
+        while self.proc is not None and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         if self.proc is None or self.proc.poll() is not None:
             code = None if self.proc is None else self.proc.returncode
             raise self._fail(f"server of build {self.build.label} died (exit {code})")
