@@ -249,6 +249,15 @@ CPU_SERVER_ARGS = (
     "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
     " --gpu-memory-utilization 0.2"
 )
+GPU_SERVER_ARGS = (
+    "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
+    " --gpu-memory-utilization 0.25 --offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"
+)
+"""On a GPU the experts are UVA-offloaded by default: the host-resident rule is what the gate is for."""
+
+
+def _default_server_args() -> str:
+    return GPU_SERVER_ARGS if shutil.which("nvidia-smi") else CPU_SERVER_ARGS
 
 
 def _e2e_envs(session: nox.Session) -> tuple[Path, Path]:
@@ -298,7 +307,7 @@ def _e2e(
     model = opts.get("model") or str(_tiny_model(session, base))
     args = [
         "-m", "moegate.e2e", "run", f"--base={base}", f"--pr={pr}", f"--model={model}", f"--gates={gates}",
-        f"--server-args={opts.get('server-args', CPU_SERVER_ARGS)}", f"--eval-python={eval_py}",
+        f"--server-args={opts.get('server-args', _default_server_args())}", f"--eval-python={eval_py}",
         f"--out={ROOT / 'reports' / 'e2e-run'}", f"--report={ROOT / 'reports' / 'e2e.md'}",
     ]  # fmt: skip
     for key in ("base-args", "pr-args", "prompts", "gsm8k-limit", "gsm8k-dir", "gsm8k-in-flight", "in-flight", "max-tokens"):
@@ -391,16 +400,16 @@ def ab(session: nox.Session) -> None:
     """Throughput A/B of two vLLM builds (vllm bench serve, interleaved server starts, Holm-corrected verdict)."""
     opts = _options(session, AB_VALUED, flags=AB_FLAGS)
     flags = [f for f in AB_FLAGS if f.lstrip("-") in opts]
-    for need in ("base", "pr", "model"):
+    for need in ("base", "pr"):
         if need not in opts:
-            session.error(f"nox -s ab needs --{need}=... (--base=SPEC --pr=SPEC --model=DIR; SPEC a release or an interpreter)")
+            session.error(f"nox -s ab needs --{need}=... (--base=SPEC --pr=SPEC [--model=DIR]; SPEC a release or an interpreter)")
     if "dataset-path" in opts and "random-input-len" in opts:
         session.error("give one of --dataset-path=FILE (ShareGPT) and --random-input-len=N")
     driver_py = _shared_env(session, "_unit", UNIT_DEPS)
     args = [
         f"--base-python={_build_spec_python(session, opts['base'])}", f"--base-label={opts['base']}",
         f"--pr-python={_build_spec_python(session, opts['pr'])}", f"--pr-label={opts['pr']}",
-        f"--model={opts['model']}",
+        f"--model={opts.get('model') or _tiny_model(session, _build_spec_python(session, opts['base']))}",
     ]
     if "dataset-path" not in opts:
         opts.setdefault("random-input-len", "128")
