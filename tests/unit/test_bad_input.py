@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_missing_vllm_names_the_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
-    with pytest.raises(TargetError, match="vLLM is not importable here.*nox -s dispatch"):
+    with pytest.raises(TargetError, match=r"vLLM is not importable here.*`nox -s dispatch-0\.33\.0`"):
         VllmTarget()
 
 
