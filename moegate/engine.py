@@ -6,7 +6,7 @@ placed by vLLM's real loader (UVA offload of the expert parameters, then
 FusedMoE layer runs real forwards. This module uses vLLM's public API only
 (``LLM``, ``SamplingParams``, ``EngineArgs`` for the kwarg check,
 ``LLM.apply_model``); what it needs from vLLM's internals — the marker name and
-the kernel-launch recorders — comes from ``moegate.vllm_target``.
+the kernel-launch recorders — comes from ``moegate.vllm``.
 
     python -m moegate.engine --model DIR --scenario NAME --json OUT [--no-trace]
 
@@ -146,7 +146,7 @@ def expert_markers(model: Any) -> dict[str, dict[str, Any]]:
 
     Runs inside the worker through ``LLM.apply_model``; returns plain data only.
     """
-    from moegate.vllm_target import UVA_MARKER
+    from moegate.vllm.names import UVA_MARKER
 
     return {
         name: {
@@ -193,7 +193,7 @@ def run_scenario(
     if trace:
         # After the engine is built: the recorders stop any call made outside a trace,
         # and the engine's start-up (profile and warm-up runs) must not be stopped.
-        from moegate.vllm_target import VllmTarget
+        from moegate.vllm.target import VllmTarget
 
         target = VllmTarget(finish=True)
     sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)

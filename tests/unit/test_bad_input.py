@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from moegate.vllm import names
-from moegate.vllm_target import TargetError, VllmTarget
+from moegate.vllm.names import TargetError
+from moegate.vllm.target import VllmTarget
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,11 +61,14 @@ def test_unknown_nox_argument_is_one_clear_error():
 
 
 def test_observation_names_inconsistent_evidence():
-    from moegate.vllm_target import Observation
+    from moegate.vllm.recorders import Launch, Observation
+
+    def launches(*naive: bool) -> list[Launch]:
+        return [Launch(naive=n, weight_host=False, rows=2, top_k=2, experts=64) for n in naive]
 
     assert Observation("legacy").path == "no-kernel-launch"
-    assert Observation("legacy", align_calls=0, launches=[True, True]).path == "naive"
-    assert Observation("legacy", align_calls=1, launches=[False, False]).path == "sorted"
+    assert Observation("legacy", align_calls=0, launches=launches(True, True)).path == "naive"
+    assert Observation("legacy", align_calls=1, launches=launches(False, False)).path == "sorted"
     # alignment ran but the kernel still got sorted_token_ids=None: neither path
-    assert Observation("legacy", align_calls=1, launches=[True]).path.startswith("inconsistent")
-    assert Observation("legacy", align_calls=0, launches=[False]).path.startswith("inconsistent")
+    assert Observation("legacy", align_calls=1, launches=launches(True)).path.startswith("inconsistent")
+    assert Observation("legacy", align_calls=0, launches=launches(False)).path.startswith("inconsistent")
