@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--cases must be at least 1")
 
     t_import = time.perf_counter()
-    from moegate.vllm_target import TargetError, VllmTarget
+    from moegate.vllm.names import TargetError
+    from moegate.vllm.target import VllmTarget
 
     try:
         target = VllmTarget()

@@ -18,17 +18,17 @@ import sys
 import time
 from collections import Counter
 
+import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import torch
-
 from moegate.kernel_check import run_checked
-from moegate.reference import rounding_count
-from moegate.tensors import torch_dtype
 from moegate.kernel_inputs import WeightBank
+from moegate.reference import rounding_count
 from moegate.spec import expected_path
-from moegate.vllm_target import VllmTarget, describe_environment
+from moegate.tensors import torch_dtype
+from moegate.vllm.environment import describe_environment
+from moegate.vllm.target import VllmTarget
 from strategies.kernels import kernel_cases
 
 

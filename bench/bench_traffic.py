@@ -30,7 +30,8 @@ import torch
 
 from moegate.case import MoECase, Routing, RoutingKind
 from moegate.traffic import ExpertBytes, step_traffic
-from moegate.vllm_target import VllmTarget, describe_environment
+from moegate.vllm.environment import describe_environment
+from moegate.vllm.target import VllmTarget
 
 E, TOP_K, HIDDEN, INTER = 128, 8, 2048, 768
 TOKENS = (1, 2, 3, 4, 8)

@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{ep}: {expected_path(case, ep)}")
         return 0
 
-    from moegate.vllm_target import TargetError, VllmTarget
+    from moegate.vllm.names import TargetError
+    from moegate.vllm.target import VllmTarget
 
     try:
         target = VllmTarget(finish=False)  # the path is decided before any kernel runs

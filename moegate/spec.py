@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moegate.case import ENTRYPOINTS, MoECase, Path
+from moegate.case import ENTRYPOINTS, DispatchPath, MoECase
 
 SPARSITY_FACTOR = 4
 """The naive path is allowed while ``tokens * top_k * 4 <= experts``."""
@@ -19,7 +19,7 @@ SPARSITY_FACTOR = 4
 
 @dataclass(frozen=True)
 class Decision:
-    path: Path
+    path: DispatchPath
     reason: str
 
     def __str__(self) -> str:
@@ -54,22 +54,22 @@ def expected_path(case: MoECase, entrypoint: str, *, host_rule: bool = True) -> 
     counted = experts_counted(case, entrypoint)
     wna16 = case.quant is not None and case.quant.weight_only
     if wna16 and entrypoint == "modular":
-        return Decision(Path.SORTED, f"{case.quant.scheme}: the modular wNa16 Triton experts always align")
+        return Decision(DispatchPath.SORTED, f"{case.quant.scheme}: the modular wNa16 Triton experts always align")
     if wna16 and case.quant.group_size > 0:
-        return Decision(Path.SORTED, f"{case.quant.scheme} with group size {case.quant.group_size} always aligns")
+        return Decision(DispatchPath.SORTED, f"{case.quant.scheme} with group size {case.quant.group_size} always aligns")
     # fp8 (weights and activations) follows the unquantized rule, block-wise included:
     # the group-size clause is about weight-only integer kernels.
     if case.expert_map is not None:
-        return Decision(Path.SORTED, "expert map given (expert parallelism)")
+        return Decision(DispatchPath.SORTED, "expert map given (expert parallelism)")
     if case.pairs * SPARSITY_FACTOR > counted:
         return Decision(
-            Path.SORTED,
+            DispatchPath.SORTED,
             f"outside naive region: {case.num_tokens}*{case.top_k}*{SPARSITY_FACTOR}={case.pairs * SPARSITY_FACTOR} > {counted}",
         )
     if host_rule and case.placement.host_resident:
-        return Decision(Path.SORTED, f"host-resident weights ({case.placement.label})")
+        return Decision(DispatchPath.SORTED, f"host-resident weights ({case.placement.label})")
     return Decision(
-        Path.NAIVE,
+        DispatchPath.NAIVE,
         f"naive region: {case.num_tokens}*{case.top_k}*{SPARSITY_FACTOR}={case.pairs * SPARSITY_FACTOR} <= {counted}"
         + ("" if not case.placement.host_resident else ", host rule off"),
     )

@@ -23,7 +23,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     try:
-        from moegate.vllm_target import describe_environment
+        from moegate.vllm.environment import describe_environment
     except ImportError as exc:  # the e2e driver's env has no torch: its servers run in the builds' envs
         env = {"torch": f"absent ({exc.name})"}
     else:
@@ -38,7 +38,8 @@ def bless(request: pytest.FixtureRequest) -> bool:
 
 
 def _attach(finish: bool) -> Iterator[object]:
-    from moegate.vllm_target import TargetError, VllmTarget
+    from moegate.vllm.names import TargetError
+    from moegate.vllm.target import VllmTarget
 
     try:
         t = VllmTarget(finish=finish)

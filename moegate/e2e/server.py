@@ -25,8 +25,7 @@ from pathlib import Path
 from types import TracebackType
 
 from moegate.e2e.build import Build
-
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+from moegate.vllm.names import API_SERVER as SERVER_MODULE
 
 QUIET_ENV = {
     # nothing may be fetched at run time, and nothing phoned home

@@ -1,1 +1,13 @@
-"""The only package that imports vLLM (today: the in-process ``vllm bench serve`` runner of the A/B tier)."""
+"""The only package that imports vLLM.
+
+- ``names``: every vLLM module path and private name moegate relies on, the UVA
+  marker and the error types; a leaf that imports nothing.
+- ``recorders``: the stand-ins that observe each call (one ``Launch`` record per kernel launch).
+- ``target``: ``VllmTarget``, which drives both fused-MoE entrypoints.
+- ``uva``: host residency as vLLM makes it (marker, UVA host views, offloader, loader context).
+- ``environment``: ``describe_environment``, for report headers and golden provenance.
+- ``offline``: the public offline-engine API the engine scenarios use.
+- ``bench_serve``: the in-process ``vllm bench serve`` runner of the A/B tier.
+
+Nothing is imported here: ``names`` must stay importable without torch or vLLM.
+"""

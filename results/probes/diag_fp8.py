@@ -1,7 +1,7 @@
 """Where does the fp8 kernel/reference gap come from? Per stage, on the cases that failed."""
 import json, os, torch, torch.nn.functional as F
 from moegate.case import MoECase
-from moegate.vllm_target import VllmTarget
+from moegate.vllm.target import VllmTarget
 from moegate.kernel_inputs import WeightBank
 from moegate.reference import quantize_activation, dequantize, reference_moe
 import vllm._custom_ops as ops_mod

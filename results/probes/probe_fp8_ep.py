@@ -1,7 +1,7 @@
 """Probe: legacy fused_experts, fp8 per-tensor dynamic scales, expert map: does stale memory reach the output?"""
 import json, os, sys, torch
 from moegate.case import MoECase, Quant, ExpertMap
-from moegate.vllm_target import VllmTarget
+from moegate.vllm.target import VllmTarget
 from moegate.kernel_inputs import WeightBank
 from moegate.kernel_check import reference_for
 from moegate.reference import compare

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from moegate.case import MoECase
-from moegate.vllm_target import _RECORDERS, TargetError, VllmTarget
+from moegate.vllm.names import TargetError
+from moegate.vllm.recorders import RECORDERS
+from moegate.vllm.target import VllmTarget
 
 pytestmark = pytest.mark.dispatch
 
@@ -14,12 +16,12 @@ pytestmark = pytest.mark.dispatch
 def test_targets_share_recorders_and_the_last_close_restores_vllm(target):
     fm = target.fm
     patched = fm.moe_align_block_size
-    users = _RECORDERS.users
+    users = RECORDERS.users
     extra = VllmTarget(finish=False)
-    assert fm.moe_align_block_size is patched and _RECORDERS.users == users + 1
+    assert fm.moe_align_block_size is patched and RECORDERS.users == users + 1
     extra.close()
     extra.close()  # idempotent
-    assert _RECORDERS.users == users and fm.moe_align_block_size is patched
+    assert RECORDERS.users == users and fm.moe_align_block_size is patched
 
 
 def test_decision_only_calls_stop_at_the_first_launch(target):

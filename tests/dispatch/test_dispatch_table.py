@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from moegate import dispatch_table, golden
-from moegate.vllm_target import describe_environment
+from moegate.vllm.environment import describe_environment
 
 pytestmark = pytest.mark.dispatch
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from moegate.vllm.names import API_SERVER
 from tests.e2e.conftest import ROOT, SMOKE_SERVER_ARGS, SMOKE_SIZE, run_e2e
 
 pytestmark = pytest.mark.e2e
@@ -64,7 +65,7 @@ def _server_pids(model_dir: str) -> list[int]:
                 cmd = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"vllm.entrypoints.openai.api_server" in cmd and model_dir.encode() in cmd:
+            if API_SERVER.encode() in cmd and model_dir.encode() in cmd:
                 pids.append(int(entry.name))
     return pids
 

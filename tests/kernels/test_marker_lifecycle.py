@@ -16,6 +16,7 @@ from moegate.case import MoECase, Placement
 from moegate.kernel_check import reference_for
 from moegate.reference import compare
 from moegate.tensors import CaseTensors
+from moegate.vllm.names import UVA_MARKER
 
 pytestmark = pytest.mark.kernels
 
@@ -43,7 +44,7 @@ class TinyMoE(torch.nn.Module):
 
 
 def marked(layer: torch.nn.Module) -> set[str]:
-    return {n for n, p in layer.named_parameters() if getattr(p, "_vllm_is_uva_offloaded", False)}
+    return {n for n, p in layer.named_parameters() if getattr(p, UVA_MARKER, False)}
 
 
 SCENARIOS = {

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from moegate import vllm_target
-from moegate.vllm_target import TargetError, VllmTarget
+from moegate.vllm import names
+from moegate.vllm.names import TargetError
+from moegate.vllm.target import VllmTarget
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_missing_vllm_names_the_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
-    with pytest.raises(TargetError, match="vLLM is not importable here.*nox -s dispatch"):
+    with pytest.raises(TargetError, match=r"vLLM is not importable here.*`nox -s dispatch-0\.33\.0`"):
         VllmTarget()
 
 
@@ -27,7 +28,7 @@ def test_vllm_without_the_entrypoints_names_what_is_missing(monkeypatch):
     fake = types.ModuleType("vllm")
     fake.__version__ = "0.1.0"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    for name in (vllm_target.FUSED_MOE, vllm_target.TRITON_MOE, vllm_target.FUSED_MOE_PKG):
+    for name in (names.FUSED_MOE, names.TRITON_MOE, names.FUSED_MOE_PKG):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     with pytest.raises(TargetError) as err:
         VllmTarget()
@@ -60,11 +61,14 @@ def test_unknown_nox_argument_is_one_clear_error():
 
 
 def test_observation_names_inconsistent_evidence():
-    from moegate.vllm_target import Observation
+    from moegate.vllm.recorders import Launch, Observation
+
+    def launches(*naive: bool) -> list[Launch]:
+        return [Launch(naive=n, weight_host=False, rows=2, top_k=2, experts=64) for n in naive]
 
     assert Observation("legacy").path == "no-kernel-launch"
-    assert Observation("legacy", align_calls=0, launches=[True, True]).path == "naive"
-    assert Observation("legacy", align_calls=1, launches=[False, False]).path == "sorted"
+    assert Observation("legacy", align_calls=0, launches=launches(True, True)).path == "naive"
+    assert Observation("legacy", align_calls=1, launches=launches(False, False)).path == "sorted"
     # alignment ran but the kernel still got sorted_token_ids=None: neither path
-    assert Observation("legacy", align_calls=1, launches=[True]).path.startswith("inconsistent")
-    assert Observation("legacy", align_calls=0, launches=[False]).path.startswith("inconsistent")
+    assert Observation("legacy", align_calls=1, launches=launches(True)).path.startswith("inconsistent")
+    assert Observation("legacy", align_calls=0, launches=launches(False)).path.startswith("inconsistent")

