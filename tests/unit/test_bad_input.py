@@ -54,10 +54,22 @@ def test_cli_refuses_a_non_case_with_one_line():
 @pytest.mark.skipif(shutil.which("nox") is None, reason="nox is not installed in this environment (pip install nox)")
 def test_unknown_nox_argument_is_one_clear_error():
     proc = subprocess.run(
-        ["nox", "-s", "unit", "--", "--frobnicate"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        ["nox", "-s", "lint", "--", "--frobnicate"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
     assert proc.returncode != 0
-    assert "unknown argument '--frobnicate' for session unit" in proc.stdout + proc.stderr
+    assert "unknown argument '--frobnicate' for session lint" in proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("nox") is None, reason="nox is not installed in this environment (pip install nox)")
+def test_a_pytest_session_hands_other_arguments_to_pytest():
+    """`nox -s unit -- -k ... --co -q` reaches pytest (collect only: no test runs twice)."""
+    proc = subprocess.run(
+        ["nox", "-s", "unit", "--", "-k", "test_first_divergence", "--co", "-q"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-2000:]
+    assert "test_first_divergence_is_the_first_position_that_differs" in out and "1/" in out and "collected" in out
 
 
 def test_observation_names_inconsistent_evidence():

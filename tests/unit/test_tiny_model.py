@@ -143,3 +143,43 @@ def test_command_line_bad_input_is_one_line_and_nonzero(tmp_path):
         "moegate.tiny_model: invalid tiny model: top_k=200 not in [1, experts=128]"
     ]
     assert not (tmp_path / "m").exists()
+
+
+def _gsm8k_train() -> Path:
+    from moegate.e2e.datasets import DataError, gsm8k_file
+
+    try:
+        return gsm8k_file("train.jsonl")
+    except DataError as exc:
+        pytest.skip(f"GSM8K is not beside the checkout: {exc}")
+
+
+def test_a_build_with_its_tokenizer_is_reproducible_and_records_every_file(tmp_path):
+    train = _gsm8k_train()
+    a = build(tmp_path / "a", tokenizer_data=train, **{**SMALL, "vocab": 512})
+    b = build(tmp_path / "b", tokenizer_data=train, **{**SMALL, "vocab": 512})
+    record = json.loads((a / BUILD_INFO).read_text())
+    assert set(record["files"]) >= {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "config.json"}
+    assert record["files"]["tokenizer.json"] == sha256(a / "tokenizer.json") and record["tokenizer"]["vocab"] == 512
+    assert tiny_model.model_hash(a) == tiny_model.model_hash(b)
+    assert tiny_model.model_hash(a) != tiny_model.model_hash(build(tmp_path / "c", **{**SMALL, "vocab": 512}))
+
+
+def test_router_skew_moves_only_the_embeddings_and_the_routers(tmp_path):
+    from safetensors.torch import load_file
+
+    plain = load_file(str(build(tmp_path / "p", **SMALL) / "model.safetensors"))
+    skewed = load_file(str(build(tmp_path / "s", hot_experts=4, router_skew=3.0, **SMALL) / "model.safetensors"))
+    moved = {k for k in plain if not plain[k].equal(skewed[k])}
+    assert moved and all(k.endswith(("embed_tokens.weight", "mlp.gate.weight")) for k in moved)
+    gate = next(k for k in moved if k.endswith("mlp.gate.weight"))
+    rows = (plain[gate].float() - skewed[gate].float()).abs().sum(-1) > 0
+    assert int(rows.sum()) == 4  # exactly the hot experts' router rows
+
+
+def test_presets_and_bad_skew_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="unknown preset"):
+        build(tmp_path / "x", preset="huge")
+    with pytest.raises(ValueError, match="router_skew"):
+        TinyMoESpec(hot_experts=1, router_skew=1.0)  # fewer hot experts than top_k
+    assert TinyMoESpec.from_dict(tiny_model.PRESETS["wide"]).w13_bytes == 128 * 2 * 768 * 2048 * 2
