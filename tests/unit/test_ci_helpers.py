@@ -167,13 +167,19 @@ def test_a_mismatch_message_carries_the_example_line():
 # --- the CPU torch index: only for the recipes that hold the CPU build ---------------------
 
 
-def test_torch_index_goes_only_to_the_cpu_torch_recipes(monkeypatch):
+@pytest.fixture(scope="module")
+def noxfile():
+    """The noxfile as a module, loaded once (each load registers its sessions with nox again)."""
     pytest.importorskip("nox", reason="the noxfile needs nox (the unit env has it)")
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("moegate_noxfile", ROOT / "noxfile.py")
-    noxfile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(noxfile)  # type: ignore[union-attr]
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_torch_index_goes_only_to_the_cpu_torch_recipes(monkeypatch, noxfile):
     base, pr = (noxfile.RELEASES[v]["install"] for v in (noxfile.BASE_VLLM, noxfile.PR_VLLM))
     monkeypatch.delenv(noxfile.TORCH_INDEX_ENV, raising=False)
     assert noxfile._torch_index_args(base) == [] and noxfile._torch_index_args(noxfile.UNIT_DEPS) == []
@@ -181,3 +187,17 @@ def test_torch_index_goes_only_to_the_cpu_torch_recipes(monkeypatch):
     want = ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
     assert noxfile._torch_index_args(base) == want and noxfile._torch_index_args(noxfile.UNIT_DEPS) == want
     assert noxfile._torch_index_args(pr) == [] and noxfile._torch_index_args(noxfile.LINT_TOOLS) == []
+
+
+def test_builds_by_version_or_wheel_map_to_their_environments(noxfile):
+    """0.32.0 is the CPU build only where there is no GPU; a wheel gets an env of its own; junk is refused."""
+    assert noxfile.vllm_recipe("0.32.0", gpu=False) == ("_vllm-0.32.0", noxfile.RELEASES["0.32.0"])
+    assert noxfile.vllm_recipe("0.32.0", gpu=True)[1]["install"] == ["vllm==0.32.0"]
+    assert noxfile.vllm_recipe("0.33.0", gpu=True) == ("_vllm-0.33.0", noxfile.RELEASES["0.33.0"])
+    assert noxfile.vllm_recipe("0.31.0", gpu=True)[1]["install"] == ["vllm==0.31.0"]
+    url = "https://example.org/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl"
+    name, recipe = noxfile.vllm_recipe(url, gpu=True)
+    assert name.startswith("_wheel-") and recipe["install"] == [url]
+    assert noxfile.vllm_recipe(url, gpu=False)[0] == name  # the same wheel, the same env
+    with pytest.raises(ValueError, match="not a release version"):
+        noxfile.vllm_recipe("latest", gpu=False)
