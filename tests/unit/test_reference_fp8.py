@@ -68,6 +68,13 @@ def test_stored_fp8_weights_round_trip_within_one_step(group):
     assert (q.float().abs().amax(dim=(1, 2)) == FP8_MAX).all()  # each expert uses the whole range
 
 
+def dense_activation_bound(x_row, w1_rows, cdtype):
+    """|act| of one token through each of its experts (unquantized input): the scale of one fp8 step."""
+    n = w1_rows.shape[1] // 2
+    h = torch.einsum("k,enk->en", x_row, w1_rows)
+    return (F.silu(h[:, :n]) * h[:, n:]).to(cdtype).float().abs() * 1.25 + 1e-6
+
+
 def dense_fp8(x, w1, w2, topk_weights, topk_ids, quant, cdtype):
     """Every token through every expert with one-hot masks; same quantization steps, no per-expert loop."""
     e = w1.shape[0]
@@ -94,8 +101,21 @@ def test_fp8_reference_equals_a_dense_formulation(seed, quant, cdtype):
     w = torch.rand(m, k, generator=g) + 0.05
     w = w / w.sum(-1, keepdim=True)
     ref = reference_moe(x, w1, w2, w, ids, quant=quant, w1_scale=s1, w2_scale=s2)
-    dense = dense_fp8(x.float(), dequantize(w1, s1, quant), dequantize(w2, s2, quant), w, ids, quant, cdtype)
-    assert torch.allclose(ref.output, dense, rtol=1e-4, atol=1e-5), (ref.output - dense).abs().max()
+    w2d = dequantize(w2, s2, quant)
+    dense = dense_fp8(x.float(), dequantize(w1, s1, quant), w2d, w, ids, quant, cdtype)
+    off = ~torch.isclose(ref.output, dense, rtol=1e-4, atol=1e-5)
+    # The two formulations sum the first product in different orders, so an intermediate can land on
+    # the other side of an fp8 rounding step in the second quantization (seed 317, fp16, blocks of 4:
+    # 9.5e-5 off): that moves one token's row by at most one fp8 step of its activations through w2.
+    # Allowed for one row at most, within that bound; a routing or weighting fault moves every row.
+    rows = off.any(dim=1)
+    assert int(rows.sum()) <= 1, f"{int(rows.sum())} of {len(rows)} rows differ: {(ref.output - dense).abs().max()}"
+    if rows.any():
+        m_ = int(rows.nonzero()[0])
+        e_ids = ids[m_].long()
+        step = FP8_STEP * dense_activation_bound(x.float()[m_], dequantize(w1, s1, quant)[e_ids], cdtype)  # [k, n]
+        bound = torch.einsum("k,kn,khn->h", w[m_], step, w2d[e_ids].abs())
+        assert ((ref.output[m_] - dense[m_]).abs() <= bound + 1e-5).all(), (ref.output[m_] - dense[m_]).abs().max()
 
 
 def test_fp8_reference_is_not_the_unquantized_one_and_tolerance_rejects_a_dropped_expert():
