@@ -33,6 +33,11 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def text_sha256(text: str) -> str:
+    """The hash goldens and result files keep instead of a data set's text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def gsm8k_dir(option: str | os.PathLike[str] | None = None) -> Path:
     """The GSM8K folder: the option, else ``MOEGATE_GSM8K_DIR``, else ``../shared/data/gsm8k``."""
     if option:

@@ -46,7 +46,9 @@ class Completion:
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Completion:
-        return cls(rec["prompt_id"], rec["prompt_sha256"], [int(t) for t in rec["token_ids"]])
+        """From a golden record, or from a raw result (``to_json``), which also keeps the top candidates."""
+        top = [[(int(t), float(lp)) for t, lp in pos] for pos in rec.get("top", [])]
+        return cls(rec["prompt_id"], rec["prompt_sha256"], [int(t) for t in rec["token_ids"]], top)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.record(0), "top": self.top}

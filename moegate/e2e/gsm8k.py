@@ -34,7 +34,6 @@ byte-identical.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -155,10 +154,6 @@ def eval_python(explicit: str | os.PathLike[str] | None = None) -> Path:
 def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """``explicit``, else ``$MOEGATE_GSM8K_DIR``, else ``../shared/data/gsm8k`` beside the repository."""
     return datasets.gsm8k_dir(explicit)
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -507,9 +502,9 @@ def records(samples: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
         out.append(
             {
                 "doc_id": int(doc_id),
-                "question_sha256": sha256_text(s["question"]),
-                "prompt_sha256": sha256_text(s["prompt"]),
-                "response_sha256": sha256_text(s["response"]),
+                "question_sha256": datasets.text_sha256(s["question"]),
+                "prompt_sha256": datasets.text_sha256(s["prompt"]),
+                "response_sha256": datasets.text_sha256(s["response"]),
                 "response": s["response"],
                 "strict": strict["extracted"],
                 "flexible": flexible["extracted"],

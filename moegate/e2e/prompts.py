@@ -18,14 +18,13 @@ generated tokens fits a 4,096-token context with any tokenizer of that kind.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from moegate.e2e.datasets import DataError
+from moegate.e2e.datasets import DataError, text_sha256
 from moegate.golden import GOLDEN_DIR, atomic_write
 
 MAX_PROMPT_BYTES = 1500
@@ -41,10 +40,6 @@ class Prompt:
     @property
     def sha256(self) -> str:
         return text_sha256(self.text)
-
-
-def text_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def complete_records(fh: IO[bytes]) -> Iterator[dict[str, Any]]:

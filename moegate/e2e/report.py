@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from moegate.e2e.verdict import GateResult
 from moegate.golden import atomic_write
+
+if TYPE_CHECKING:
+    from moegate.e2e.run import BuildRun
 
 
 def _cell(text: object) -> str:
@@ -15,7 +19,7 @@ def _cell(text: object) -> str:
 
 def render(
     title: str,
-    runs: Sequence[object],
+    runs: Sequence[BuildRun],
     results: Sequence[GateResult],
     *,
     commands: Sequence[str],
@@ -31,11 +35,10 @@ def render(
         out += ["| build | vLLM | torch | device | flags | server start (s) | greedy (s) | GSM8K (s) |"]
         out += ["| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in runs:
-            info, secs = r.info, r.seconds  # type: ignore[attr-defined]
-            start = r.start_s  # type: ignore[attr-defined]
+            info, secs, start = r.info, r.seconds, r.start_s
             out.append(
-                f"| {r.build.label} | {info.get('vllm')} | {info.get('torch')} | {_cell(info.get('device'))} "  # type: ignore[attr-defined]
-                f"| `{_cell(' '.join(r.build.server_args)) or '-'}` | {start and f'{start:.0f}'} "  # type: ignore[attr-defined]
+                f"| {r.build.label} | {info.get('vllm')} | {info.get('torch')} | {_cell(info.get('device'))} "
+                f"| `{_cell(' '.join(r.build.server_args)) or '-'}` | {start and f'{start:.0f}'} "
                 f"| {secs.get('greedy', 0):.0f} | {secs.get('gsm8k', 0):.0f} |"
             )
         out.append("")

@@ -252,14 +252,8 @@ def read_raw(out: Path, label: str) -> BuildRun:
     build = Build(label, "(raw)", {}, tuple(raw.get("server_args", [])))
     run = BuildRun(build, info=raw["info"], start_s=raw.get("start_s"), seconds=raw.get("seconds", {}))
 
-    def completions(items: list[dict[str, Any]]) -> list[greedy.Completion]:
-        return [
-            greedy.Completion(c["prompt_id"], c["prompt_sha256"], c["token_ids"], [[tuple(x) for x in t] for t in c["top"]])
-            for c in items
-        ]
-
-    run.greedy = {int(k): completions(v) for k, v in raw.get("greedy", {}).items()}
-    run.repeat = {int(k): completions(v) for k, v in raw.get("repeat", {}).items()}
+    run.greedy = {int(k): [greedy.Completion.from_record(c) for c in v] for k, v in raw.get("greedy", {}).items()}
+    run.repeat = {int(k): [greedy.Completion.from_record(c) for c in v] for k, v in raw.get("repeat", {}).items()}
     from moegate.e2e import gsm8k
 
     for attr, folder in (("gsm8k", out / f"gsm8k-{label}" / "lm_eval"), ("gsm8k_repeat", out / f"gsm8k-{label}-repeat" / "lm_eval")):
