@@ -128,7 +128,11 @@ def _vllm_python(session: nox.Session, version: str, override: str | None = None
         name, spec = vllm_recipe(version, _on_gpu())
     except ValueError as exc:
         session.error(f"{exc} (or pass --vllm-python=PATH)")
-    if spec["install"][0].endswith(".whl") and "://" not in spec["install"][0] and not Path(spec["install"][0]).exists():
+    if (
+        spec["install"][0].endswith(".whl")
+        and "://" not in spec["install"][0]
+        and not Path(spec["install"][0]).exists()
+    ):
         session.error(f"build {version!r}: no such wheel")
     return str(_shared_env(session, name, [*spec["install"], *PROJECT_DEPS], spec["remove"]))
 
@@ -146,7 +150,9 @@ def unit(session: nox.Session) -> None:
     py = _shared_env(session, "_unit", UNIT_DEPS)
     # the env's bin first on PATH: the bad-input tests call `nox` itself
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    session.run(str(py), "-m", "pytest", "tests/unit", *extra, env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True)
+    session.run(
+        str(py), "-m", "pytest", "tests/unit", *extra, env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True
+    )
 
 
 @nox.session(name=f"dispatch-{PR_VLLM}", python=False, tags=["tests"])
@@ -342,7 +348,16 @@ def _e2e(
         f"--server-args={opts.get('server-args', _default_server_args())}", f"--eval-python={eval_py}",
         f"--out={ROOT / 'reports' / 'e2e-run'}", f"--report={ROOT / 'reports' / 'e2e.md'}",
     ]  # fmt: skip
-    for key in ("base-args", "pr-args", "prompts", "gsm8k-limit", "gsm8k-dir", "gsm8k-in-flight", "in-flight", "max-tokens"):
+    for key in (
+        "base-args",
+        "pr-args",
+        "prompts",
+        "gsm8k-limit",
+        "gsm8k-dir",
+        "gsm8k-in-flight",
+        "in-flight",
+        "max-tokens",
+    ):
         if key in opts:
             args.append(f"--{key}={opts[key]}")
     if bless:
@@ -429,10 +444,27 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
 #       --server-args="--max-model-len 4096 --gpu-memory-utilization 0.90 --offload-backend uva --cpu-offload-gb 16 --cpu-offload-params experts" \
 #       --host-fraction=0.5 --gate
 
-AB_VALUED = ("--base=", "--pr=", "--model=", "--starts=", "--concurrency=", "--dataset-path=", "--random-input-len=",
-             "--output-len=", "--server-args=", "--target-seconds=", "--out=", "--moe-shape=", "--uva-peak-gbps=",
-             "--host-fraction=", "--gate-threshold=", "--seed=", "--host-sorted=")
+AB_VALUED = (
+    "--base=",
+    "--pr=",
+    "--model=",
+    "--starts=",
+    "--concurrency=",
+    "--dataset-path=",
+    "--random-input-len=",
+    "--output-len=",
+    "--server-args=",
+    "--target-seconds=",
+    "--out=",
+    "--moe-shape=",
+    "--uva-peak-gbps=",
+    "--host-fraction=",
+    "--gate-threshold=",
+    "--seed=",
+    "--host-sorted=",
+)
 AB_FLAGS = ("--gate", "--no-evidence")
+
 
 @nox.session(python=False)
 def ab(session: nox.Session) -> None:
@@ -441,20 +473,37 @@ def ab(session: nox.Session) -> None:
     flags = [f for f in AB_FLAGS if f.lstrip("-") in opts]
     for need in ("base", "pr"):
         if need not in opts:
-            session.error(f"nox -s ab needs --{need}=... (--base=SPEC --pr=SPEC [--model=DIR]; SPEC a release or an interpreter)")
+            session.error(
+                f"nox -s ab needs --{need}=... (--base=SPEC --pr=SPEC [--model=DIR]; SPEC a release or an interpreter)"
+            )
     if "dataset-path" in opts and "random-input-len" in opts:
         session.error("give one of --dataset-path=FILE (ShareGPT) and --random-input-len=N")
     driver_py = _shared_env(session, "_unit", UNIT_DEPS)
     args = [
-        f"--base-python={_build_spec_python(session, opts['base'])}", f"--base-label={opts['base']}",
-        f"--pr-python={_build_spec_python(session, opts['pr'])}", f"--pr-label={opts['pr']}",
+        f"--base-python={_build_spec_python(session, opts['base'])}",
+        f"--base-label={opts['base']}",
+        f"--pr-python={_build_spec_python(session, opts['pr'])}",
+        f"--pr-label={opts['pr']}",
         f"--model={opts.get('model') or _tiny_model(session, _build_spec_python(session, opts['base']))}",
     ]
     if "dataset-path" not in opts:
         opts.setdefault("random-input-len", "128")
-    for key in ("starts", "concurrency", "dataset-path", "random-input-len", "output-len", "server-args",
-                "target-seconds", "out", "moe-shape", "uva-peak-gbps", "host-fraction", "gate-threshold", "seed",
-                "host-sorted"):
+    for key in (
+        "starts",
+        "concurrency",
+        "dataset-path",
+        "random-input-len",
+        "output-len",
+        "server-args",
+        "target-seconds",
+        "out",
+        "moe-shape",
+        "uva-peak-gbps",
+        "host-fraction",
+        "gate-threshold",
+        "seed",
+        "host-sorted",
+    ):
         if key in opts:
             args.append(f"--{key}={opts[key]}")
     session.run(str(driver_py), "-m", "moegate.ab", *args, *flags, env={"PYTHONPATH": str(ROOT)}, external=True)
@@ -491,7 +540,14 @@ def lint(session: nox.Session) -> None:
     py = _shared_env(session, "_lint", LINT_TOOLS)
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"  # actionlint finds shellcheck there
     session.run(str(py.parent / "zizmor"), "--offline", "--no-progress", *LINTED, env={"PATH": path}, external=True)
-    session.run(str(py.parent / "actionlint"), "-config-file", ".github/actionlint.yaml", *LINTED, env={"PATH": path}, external=True)
+    session.run(
+        str(py.parent / "actionlint"),
+        "-config-file",
+        ".github/actionlint.yaml",
+        *LINTED,
+        env={"PATH": path},
+        external=True,
+    )
 
 
 @nox.session(name="install-dry-run", python=False)
@@ -509,8 +565,14 @@ def install_dry_run(session: nox.Session) -> None:
     out = ROOT / "reports"
     out.mkdir(exist_ok=True)
     lines = session.run(
-        sys.executable, str(ROOT / ".ci" / "install-dry-run"), json.dumps(recipes), CPU_TORCH, PUBLIC_TORCH_INDEX,
-        str(out), external=True, silent=True,
+        sys.executable,
+        str(ROOT / ".ci" / "install-dry-run"),
+        json.dumps(recipes),
+        CPU_TORCH,
+        PUBLIC_TORCH_INDEX,
+        str(out),
+        external=True,
+        silent=True,
     )
     session.log(str(lines).strip())
 

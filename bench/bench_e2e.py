@@ -77,9 +77,15 @@ def main() -> int:
         time.sleep(0.5)
     wall = time.monotonic() - t0
     err = proc.stderr.read() if proc.stderr else ""
-    size = f"{args.prompts} prompts x {args.max_tokens} tokens" if args.gate == "greedy" else f"{args.gsm8k_limit} questions"
-    print(f"{args.gate} gate, two builds ({size}): exit {proc.returncode}, wall {wall:.0f} s, "
-          f"peak memory of the process tree {peak / 2**30:.2f} GiB; report {out / 'e2e.md'}")
+    size = (
+        f"{args.prompts} prompts x {args.max_tokens} tokens"
+        if args.gate == "greedy"
+        else f"{args.gsm8k_limit} questions"
+    )
+    print(
+        f"{args.gate} gate, two builds ({size}): exit {proc.returncode}, wall {wall:.0f} s, "
+        f"peak memory of the process tree {peak / 2**30:.2f} GiB; report {out / 'e2e.md'}"
+    )
     if proc.returncode not in (0, 1):
         print(err[-2000:], file=sys.stderr)
     return 0 if proc.returncode in (0, 1) else proc.returncode

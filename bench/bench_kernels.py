@@ -52,8 +52,14 @@ def main() -> int:
     failures: list[str] = []
     start = time.perf_counter()
 
-    @settings(max_examples=args.cases, deadline=None, database=None, derandomize=True, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=args.cases,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(data=st.data())
     def one(data: st.DataObject) -> None:
         if time.perf_counter() - start > args.budget_s:
@@ -90,16 +96,32 @@ def main() -> int:
     one()
     elapsed = time.perf_counter() - start
     n = stats["cases"]
-    print(f"bench_kernels: vLLM {target.version}: {n} cases in {elapsed:.1f} s ({n / elapsed:.2f} cases/s), "
-          f"start-up {startup:.1f} s excluded; {dict(stats)}")
-    print("worst |out-ref| in units of u*(A + rms A), fp8 stages as err/tol: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(worst.items())))
+    print(
+        f"bench_kernels: vLLM {target.version}: {n} cases in {elapsed:.1f} s ({n / elapsed:.2f} cases/s), "
+        f"start-up {startup:.1f} s excluded; {dict(stats)}"
+    )
+    print(
+        "worst |out-ref| in units of u*(A + rms A), fp8 stages as err/tol: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(worst.items()))
+    )
     for f in failures[:10]:
         print("  " + f.replace("\n", "\n  "))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"env": describe_environment(), "vllm": target.version, "cases": n, "seconds": elapsed,
-                       "startup_seconds": startup, "stats": dict(stats), "worst_error_units": worst,
-                       "failures": failures[:50]}, fh, indent=1)
+            json.dump(
+                {
+                    "env": describe_environment(),
+                    "vllm": target.version,
+                    "cases": n,
+                    "seconds": elapsed,
+                    "startup_seconds": startup,
+                    "stats": dict(stats),
+                    "worst_error_units": worst,
+                    "failures": failures[:50],
+                },
+                fh,
+                indent=1,
+            )
     return 0
 
 

@@ -50,8 +50,13 @@ def main() -> int:
     args = ap.parse_args()
     sizes = (1, 2, 3, 4, 8)
     with tempfile.TemporaryDirectory() as tmp:
-        for label, kw in (("no skew", {}), (f"hot {args.hot_experts}, skew {args.router_skew}",
-                                            {"hot_experts": args.hot_experts, "router_skew": args.router_skew})):
+        for label, kw in (
+            ("no skew", {}),
+            (
+                f"hot {args.hot_experts}, skew {args.router_skew}",
+                {"hot_experts": args.hot_experts, "router_skew": args.router_skew},
+            ),
+        ):
             d = build(Path(tmp) / label.replace(" ", "_").replace(",", ""), preset="wide", layers=1, **kw)
             r = overlap(d, 8, args.samples, sizes)
             print(f"{label}: pairs per unique expert " + ", ".join(f"{r[c]:.2f} at {c}" for c in sizes))

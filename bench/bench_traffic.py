@@ -46,7 +46,10 @@ def uva_peak(target: VllmTarget, gib: float = 2.0, reps: int = 5) -> dict[str, f
     view = target.host_view(src, mark=False)
     dst = torch.empty(n, dtype=torch.bfloat16, device="cuda")
     out = {}
-    for name, fn in (("uva_read", lambda: dst.copy_(view)), ("dma_h2d", lambda: dst.copy_(view._moegate_pinned, non_blocking=True))):
+    for name, fn in (
+        ("uva_read", lambda: dst.copy_(view)),
+        ("dma_h2d", lambda: dst.copy_(view._moegate_pinned, non_blocking=True)),
+    ):
         fn()
         torch.cuda.synchronize()
         times = []
@@ -110,7 +113,9 @@ def main() -> int:
         return 2
     env = describe_environment()
     peak = uva_peak(target)
-    print(f"vLLM {target.version}; UVA read peak {peak['uva_read_GBps']:.1f} GB/s, pinned DMA {peak['dma_h2d_GBps']:.1f} GB/s")
+    print(
+        f"vLLM {target.version}; UVA read peak {peak['uva_read_GBps']:.1f} GB/s, pinned DMA {peak['dma_h2d_GBps']:.1f} GB/s"
+    )
     g = torch.Generator(device="cuda").manual_seed(0)
     w1d = (torch.randn(E, 2 * INTER, HIDDEN, generator=g, device="cuda") / HIDDEN**0.5).bfloat16()
     w2d = (torch.randn(E, HIDDEN, INTER, generator=g, device="cuda") / INTER**0.5).bfloat16()
@@ -136,23 +141,33 @@ def main() -> int:
             byte_ratio = statistics.mean(t.ratio for t in traffic)
             time_ratio = t_naive / t_sorted
             rec = {
-                "routing": kind, "tokens": tokens,
-                "naive_ms": t_naive * 1e3, "sorted_ms": t_sorted * 1e3, "marked_ms": t_marked * 1e3,
+                "routing": kind,
+                "tokens": tokens,
+                "naive_ms": t_naive * 1e3,
+                "sorted_ms": t_sorted * 1e3,
+                "marked_ms": t_marked * 1e3,
                 "paths": {"naive": p_naive, "sorted": p_sorted, "marked": p_marked},
-                "time_ratio": time_ratio, "byte_ratio": byte_ratio,
+                "time_ratio": time_ratio,
+                "byte_ratio": byte_ratio,
                 "ratio_error_pct": 100 * (time_ratio / byte_ratio - 1),
-                "sorted_GBps": sorted_b / t_sorted / 1e9, "naive_GBps": naive_b / t_naive / 1e9,
+                "sorted_GBps": sorted_b / t_sorted / 1e9,
+                "naive_GBps": naive_b / t_naive / 1e9,
                 "sorted_pct_of_uva_peak": 100 * sorted_b / t_sorted / 1e9 / peak["uva_read_GBps"],
                 "marked_extra_reads_pct": 100 * (naive_b / sorted_b - 1) if p_marked == "naive" else 0.0,
             }
             rows_out.append(rec)
-            print(f"{kind:8s} tokens={tokens}: naive {rec['naive_ms']:.2f} ms ({p_naive}), sorted {rec['sorted_ms']:.2f} ms "
-                  f"({p_sorted}), marked {rec['marked_ms']:.2f} ms ({p_marked}); time ratio {time_ratio:.3f} vs byte "
-                  f"ratio {byte_ratio:.3f} ({rec['ratio_error_pct']:+.1f}%); sorted {rec['sorted_GBps']:.1f} GB/s = "
-                  f"{rec['sorted_pct_of_uva_peak']:.0f}% of UVA peak", flush=True)
+            print(
+                f"{kind:8s} tokens={tokens}: naive {rec['naive_ms']:.2f} ms ({p_naive}), sorted {rec['sorted_ms']:.2f} ms "
+                f"({p_sorted}), marked {rec['marked_ms']:.2f} ms ({p_marked}); time ratio {time_ratio:.3f} vs byte "
+                f"ratio {byte_ratio:.3f} ({rec['ratio_error_pct']:+.1f}%); sorted {rec['sorted_GBps']:.1f} GB/s = "
+                f"{rec['sorted_pct_of_uva_peak']:.0f}% of UVA peak",
+                flush=True,
+            )
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"env": env, "vllm": target.version, "peak": peak, "rows": rows_out, "reps": args.reps}, fh, indent=1)
+            json.dump(
+                {"env": env, "vllm": target.version, "peak": peak, "rows": rows_out, "reps": args.reps}, fh, indent=1
+            )
     return 0
 
 

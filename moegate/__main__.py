@@ -1,7 +1,7 @@
 """Command line: reproduce a reported case, or ask the spec.
 
-    python -m moegate repro '<case json from a failure message>' [--entrypoint legacy|modular]
-    python -m moegate spec  '<case json>'
+python -m moegate repro '<case json from a failure message>' [--entrypoint legacy|modular]
+python -m moegate spec  '<case json>'
 """
 
 from __future__ import annotations

@@ -34,8 +34,10 @@ def grid() -> Iterator[MoECase]:
 def row(case: MoECase, observe: Callable[[MoECase, str], str]) -> str:
     paths = [observe(case, ep) for ep in ENTRYPOINTS]
     reasons = {ep: expected_path(case, ep).reason for ep in ENTRYPOINTS}
-    spec = reasons["legacy"] if reasons["legacy"] == reasons["modular"] else "; ".join(
-        f"{ep}: {r}" for ep, r in reasons.items()
+    spec = (
+        reasons["legacy"]
+        if reasons["legacy"] == reasons["modular"]
+        else "; ".join(f"{ep}: {r}" for ep, r in reasons.items())
     )
     em = "none" if case.expert_map is None else f"ep{case.expert_map.ep_rank}/{case.expert_map.ep_size}"
     q = "off" if case.quant is None else f"{case.quant.scheme}/g{case.quant.group_size}"

@@ -73,9 +73,7 @@ def check(
         return
     if not path.exists():
         atomic_write(obtained, text)
-        raise GoldenMissing(
-            f"golden {path} is missing; review {obtained} and bless it: {BLESS_HINT.format(name=name)}"
-        )
+        raise GoldenMissing(f"golden {path} is missing; review {obtained} and bless it: {BLESS_HINT.format(name=name)}")
     want = body(path.read_text(encoding="utf-8"))
     got = body(text)
     if want == got:

@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     detail = f"{c.tests} collected, {c.skipped} skipped, {c.errors} errors, {c.failures} failed"
     if c.executed < args.minimum:
-        print(f"junit-min: only {c.executed} {what} executed ({detail}); at least {args.minimum} required", file=sys.stderr)
+        print(
+            f"junit-min: only {c.executed} {what} executed ({detail}); at least {args.minimum} required",
+            file=sys.stderr,
+        )
         return 1
     print(f"junit-min: {c.executed} {what} executed ({detail}); minimum {args.minimum} met")
     return 0

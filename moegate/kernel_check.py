@@ -55,9 +55,18 @@ def run_checked(target: Any, bank: WeightBank, case: MoECase, entrypoint: str) -
         raise AssertionError(f"{entrypoint} did not complete for {case.short()} (path {obs.path})")
     if case.quant is not None and not case.quant.weight_only:
         closeness = compare_fp8(
-            obs.output, t.hidden_states, t.w1, t.w2, t.topk_weights, t.topk_ids, case.quant,
-            t.w1_scale, t.w2_scale, obs.quantized,
-            expert_map=t.expert_map, apply_router_weight_on_input=case.apply_router_weight_on_input,
+            obs.output,
+            t.hidden_states,
+            t.w1,
+            t.w2,
+            t.topk_weights,
+            t.topk_ids,
+            case.quant,
+            t.w1_scale,
+            t.w2_scale,
+            obs.quantized,
+            expert_map=t.expert_map,
+            apply_router_weight_on_input=case.apply_router_weight_on_input,
         )
     else:
         closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant)

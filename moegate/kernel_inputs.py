@@ -93,8 +93,9 @@ def _fp8_weights(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tenso
     else:
         e, rows, cols = w.shape
         pr, pc = (-rows) % group, (-cols) % group
-        tiles = torch.nn.functional.pad(w, (0, pc, 0, pr)).reshape(e, (rows + pr) // group, group,
-                                                                   (cols + pc) // group, group)
+        tiles = torch.nn.functional.pad(w, (0, pc, 0, pr)).reshape(
+            e, (rows + pr) // group, group, (cols + pc) // group, group
+        )
         scale = tiles.abs().amax(dim=(2, 4)).clamp_min(1e-12) / fp8_max
         full = scale.repeat_interleave(group, dim=1).repeat_interleave(group, dim=2)[:, :rows, :cols]
     q = (w / full).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
@@ -148,6 +149,14 @@ class WeightBank:
         emap = None
         if case.expert_map is not None:
             emap = torch.tensor(case.expert_map.as_list(case.num_experts), dtype=torch.int32, device=self.device)
-        t = CaseTensors(hidden, ws.w1[start:end], ws.w2[start:end], topk_weights, topk_ids, emap,
-                        local(ws.w1_scale), local(ws.w2_scale))
+        t = CaseTensors(
+            hidden,
+            ws.w1[start:end],
+            ws.w2[start:end],
+            topk_weights,
+            topk_ids,
+            emap,
+            local(ws.w1_scale),
+            local(ws.w2_scale),
+        )
         return t, w1, w2

@@ -226,9 +226,16 @@ def locate(spec: RegionSpec, trees: Mapping[str, ast.Module]) -> tuple[list[Regi
             Region(spec, n.lineno, n.end_lineno or n.lineno, fn.lineno)
             for n in _own_nodes(fn)
             if isinstance(n, ast.Assign | ast.AnnAssign)
-            and any(isinstance(t, ast.Name) and t.id == spec.name for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+            and any(
+                isinstance(t, ast.Name) and t.id == spec.name
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            )
         ]
-        return (sorted(found, key=lambda r: r.first), None) if found else ([], f"an assignment to {spec.name} in {spec.scope} in {spec.file}")
+        return (
+            (sorted(found, key=lambda r: r.first), None)
+            if found
+            else ([], f"an assignment to {spec.name} in {spec.scope} in {spec.file}")
+        )
     calls = [n for n in _own_nodes(fn) if isinstance(n, ast.Call) and _callee_name(n) == spec.name]
     if not calls:
         return [], f"a call to {spec.name} in {spec.scope} in {spec.file}"
@@ -248,7 +255,9 @@ def locate(spec: RegionSpec, trees: Mapping[str, ast.Module]) -> tuple[list[Regi
     return sorted(regions, key=lambda r: r.first), None
 
 
-def find_regions(sources: Mapping[str, str], specs: Sequence[RegionSpec] = REGIONS, *, where: str = "vLLM") -> list[Region]:
+def find_regions(
+    sources: Mapping[str, str], specs: Sequence[RegionSpec] = REGIONS, *, where: str = "vLLM"
+) -> list[Region]:
     """Every region of ``specs`` in ``sources`` (file -> text); one error naming everything missing."""
     trees: dict[str, ast.Module] = {}
     for name, text in sources.items():
@@ -324,8 +333,15 @@ def snapshot_suite(root: Path, dest: Path) -> str:
         elif src.exists():
             shutil.copyfile(src, dest / name)
     try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", *SUITE_PATHS], capture_output=True, text=True, check=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", *SUITE_PATHS],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
     return rev + (" + uncommitted changes" if dirty else "")
@@ -450,7 +466,15 @@ def select(db_path: Path, copies: Mapping[str, Path], regions: Sequence[Region])
     skip: list[str] = []
     seen: dict[str, int] = {}
     with use_db(str(db_path), WorkDB.Mode.open) as db:
-        items = sorted(db.work_items, key=lambda w: (str(w.mutations[0].module_path), w.mutations[0].start_pos, w.mutations[0].operator_name, w.mutations[0].occurrence))
+        items = sorted(
+            db.work_items,
+            key=lambda w: (
+                str(w.mutations[0].module_path),
+                w.mutations[0].start_pos,
+                w.mutations[0].operator_name,
+                w.mutations[0].occurrence,
+            ),
+        )
         for item in items:
             m = item.mutations[0]
             f = by_path.get(str(m.module_path))
@@ -462,7 +486,11 @@ def select(db_path: Path, copies: Mapping[str, Path], regions: Sequence[Region])
             base = mutant_id(region, m.operator_name, line, col)
             k = seen.get(base, 0)
             seen[base] = k + 1
-            keep.append(Mutant(base if k == 0 else f"{base}#{k}", item.job_id, f or "", line, m.operator_name, region.spec.label))
+            keep.append(
+                Mutant(
+                    base if k == 0 else f"{base}#{k}", item.job_id, f or "", line, m.operator_name, region.spec.label
+                )
+            )
         db.set_multiple_results(skip, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
     return keep
 
@@ -571,7 +599,12 @@ class Outcome:
 
     @property
     def passed(self) -> bool:
-        return self.count("survived") == 0 and self.count("incompetent") == 0 and self.count("pending") == 0 and self.installed_unchanged
+        return (
+            self.count("survived") == 0
+            and self.count("incompetent") == 0
+            and self.count("pending") == 0
+            and self.installed_unchanged
+        )
 
 
 def probe_package_dir(vllm_python: str) -> tuple[Path, str]:
@@ -598,7 +631,18 @@ def probe_package_dir(vllm_python: str) -> tuple[Path, str]:
 def default_test_command(vllm_python: str) -> str:
     return " ".join(
         shlex.quote(a)
-        for a in [vllm_python, "-m", "pytest", "tests/dispatch", "-x", "-q", "-p", "moegate.power_plugin", "-p", "no:cacheprovider"]
+        for a in [
+            vllm_python,
+            "-m",
+            "pytest",
+            "tests/dispatch",
+            "-x",
+            "-q",
+            "-p",
+            "moegate.power_plugin",
+            "-p",
+            "no:cacheprovider",
+        ]
     )
 
 
@@ -703,7 +747,9 @@ def run(
         shutil.rmtree(work, ignore_errors=True)
         after = {f: sha256(package_dir / f) for f in files}
         if after != before:
-            raise PowerError(f"INSTALLED vLLM FILES CHANGED during the power run: {[f for f in files if after[f] != before[f]]}")
+            raise PowerError(
+                f"INSTALLED vLLM FILES CHANGED during the power run: {[f for f in files if after[f] != before[f]]}"
+            )
 
     ids = {m.id for m in mutants}
     return Outcome(
@@ -712,7 +758,8 @@ def run(
         command=command,
         test_command=test_command,
         regions=[
-            {"region": r.spec.label, "file": r.spec.file, "lines": f"{r.first}-{r.last}", "why": r.spec.why} for r in regions
+            {"region": r.spec.label, "file": r.spec.file, "lines": f"{r.first}-{r.last}", "why": r.spec.why}
+            for r in regions
         ],
         mutants=mutants,
         baseline=baseline,
@@ -775,12 +822,25 @@ def render_markdown(o: Outcome) -> str:
     if not survivors:
         lines.append("None.")
     for m in survivors:
-        lines += [f"### `{m.id}` ({m.status})", "", f"line {m.line}, `{m.region}`" + (f": {m.reason}" if m.reason else ""), "", "```diff", m.diff.strip(), "```", ""]
+        lines += [
+            f"### `{m.id}` ({m.status})",
+            "",
+            f"line {m.line}, `{m.region}`" + (f": {m.reason}" if m.reason else ""),
+            "",
+            "```diff",
+            m.diff.strip(),
+            "```",
+            "",
+        ]
     lines += ["", "## Equivalent mutants (reviewed in power/equivalent-mutants.toml)", ""]
     eq = [m for m in o.mutants if m.status == "equivalent"]
     lines += [f"- `{m.id}`: {m.reason}" for m in eq] or ["None."]
     if o.stale_equivalents:
-        lines += ["", "Entries in power/equivalent-mutants.toml that match no mutant of this release: " + ", ".join(f"`{k}`" for k in o.stale_equivalents)]
+        lines += [
+            "",
+            "Entries in power/equivalent-mutants.toml that match no mutant of this release: "
+            + ", ".join(f"`{k}`" for k in o.stale_equivalents),
+        ]
     lines += [
         "",
         "## Killed mutants",
@@ -790,7 +850,9 @@ def render_markdown(o: Outcome) -> str:
     ]
     for m in killed:
         test = (m.failing_test or m.reason or "timeout").replace("|", "\\|")
-        lines.append(f"| `{m.id}` | {m.line} | {_fmt_s(m.first_failure_s) if m.status == 'killed' else 'timeout'} | {_fmt_s(m.wall_s)} | {test} |")
+        lines.append(
+            f"| `{m.id}` | {m.line} | {_fmt_s(m.first_failure_s) if m.status == 'killed' else 'timeout'} | {_fmt_s(m.wall_s)} | {test} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -803,14 +865,30 @@ def to_json(o: Outcome) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m moegate.power", description=__doc__.split("\n\n")[0])
-    p.add_argument("--vllm-python", required=True, help="Python of the environment whose installed vLLM is mutated (never written)")
+    p.add_argument(
+        "--vllm-python", required=True, help="Python of the environment whose installed vLLM is mutated (never written)"
+    )
     p.add_argument("--out", default=str(ROOT / "reports"), help="where power.md / power.json / the tool log go")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per mutant (default: max(60, 4x the unmutated tier))")
+    p.add_argument(
+        "--timeout", type=float, default=None, help="seconds per mutant (default: max(60, 4x the unmutated tier))"
+    )
     p.add_argument("--limit", type=int, default=None, help="run only the first N mutants in scope (smoke runs)")
-    p.add_argument("--only", action="append", default=[], help="run only the mutant with this id (repeatable), e.g. to re-check survivors")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only the mutant with this id (repeatable), e.g. to re-check survivors",
+    )
     p.add_argument("--test-command", default=None, help="override the per-mutant test command (tests of this harness)")
-    p.add_argument("--package-dir", default=None, help="the vllm package directory (default: probed from --vllm-python)")
-    p.add_argument("--budget", type=float, default=30.0, help="per-mutant time-to-first-failure target, seconds (reported, not enforced)")
+    p.add_argument(
+        "--package-dir", default=None, help="the vllm package directory (default: probed from --vllm-python)"
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=30.0,
+        help="per-mutant time-to-first-failure target, seconds (reported, not enforced)",
+    )
     args = p.parse_args(argv)
 
     def _term(signum: int, _frame: Any) -> None:
@@ -828,14 +906,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout_s=args.timeout,
             limit=args.limit,
             only=args.only,
-            command=os.environ.get("MOEGATE_POWER_COMMAND", "python -m moegate.power " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))),
+            command=os.environ.get(
+                "MOEGATE_POWER_COMMAND",
+                "python -m moegate.power "
+                + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
+            ),
             budget_s=args.budget,
         )
     except PowerError as exc:
         print(f"moegate power: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        print(f"moegate power: interrupted ({exc or 'SIGINT'}); overlay removed, installed vLLM files unchanged", file=sys.stderr)
+        print(
+            f"moegate power: interrupted ({exc or 'SIGINT'}); overlay removed, installed vLLM files unchanged",
+            file=sys.stderr,
+        )
         return 130
     md = render_markdown(outcome)
     (out_dir / "power.md").write_text(md)

@@ -42,9 +42,7 @@ settings.register_profile(
     print_blob=True,
     database=DirectoryBasedExampleDatabase(NIGHTLY_DB),
 )
-settings.register_profile(
-    "power", derandomize=True, deadline=None, database=None, max_examples=100, print_blob=True
-)
+settings.register_profile("power", derandomize=True, deadline=None, database=None, max_examples=100, print_blob=True)
 # The meta-check's view of the base: no pinned @examples, so what it reports is a
 # counterexample Hypothesis found and shrank, not one we wrote down.
 settings.register_profile(

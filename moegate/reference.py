@@ -190,8 +190,12 @@ def quantize_activation(x: torch.Tensor, quant: Quant) -> torch.Tensor:
 
 
 def _expert_weights(
-    e: int, w1: torch.Tensor, w2: torch.Tensor, quant: Quant | None,
-    w1_scale: torch.Tensor | None, w2_scale: torch.Tensor | None,
+    e: int,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    quant: Quant | None,
+    w1_scale: torch.Tensor | None,
+    w2_scale: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if quant is None:
         return w1[e].float(), w2[e].float()
@@ -203,8 +207,15 @@ def _expert_weights(
 
 
 def _reference_fp8(
-    hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
-    apply_router_weight_on_input: bool, quant: Quant, w1_scale: torch.Tensor, w2_scale: torch.Tensor,
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    weights: torch.Tensor,
+    ids: torch.Tensor,
+    apply_router_weight_on_input: bool,
+    quant: Quant,
+    w1_scale: torch.Tensor,
+    w2_scale: torch.Tensor,
 ) -> Reference:
     """fp8_w8a8: both activations quantized as the module docstring says, in two passes.
 
@@ -269,8 +280,9 @@ def reference_moe(
     weights = topk_weights.float()
     if quant is not None and not quant.weight_only:
         assert w1_scale is not None and w2_scale is not None, "fp8 weights need their scales"
-        return _reference_fp8(hidden_states, w1, w2, weights, ids, apply_router_weight_on_input, quant,
-                              w1_scale, w2_scale)
+        return _reference_fp8(
+            hidden_states, w1, w2, weights, ids, apply_router_weight_on_input, quant, w1_scale, w2_scale
+        )
     out = torch.zeros((m, k), dtype=torch.float32, device=x.device)
     mag = torch.zeros_like(out)
     for e in torch.unique(ids[ids >= 0]).tolist():

@@ -56,7 +56,9 @@ def expected_path(case: MoECase, entrypoint: str, *, host_rule: bool = True) -> 
     if wna16 and entrypoint == "modular":
         return Decision(DispatchPath.SORTED, f"{case.quant.scheme}: the modular wNa16 Triton experts always align")
     if wna16 and case.quant.group_size > 0:
-        return Decision(DispatchPath.SORTED, f"{case.quant.scheme} with group size {case.quant.group_size} always aligns")
+        return Decision(
+            DispatchPath.SORTED, f"{case.quant.scheme} with group size {case.quant.group_size} always aligns"
+        )
     # fp8 (weights and activations) follows the unquantized rule, block-wise included:
     # the group-size clause is about weight-only integer kernels.
     if case.expert_map is not None:

@@ -147,7 +147,11 @@ SCHEME_FAMILIES: dict[str | None, tuple[str, ...]] = {
 _QUANT_SCHEME = {name: st.sampled_from(schemes) for name, schemes in SCHEME_FAMILIES.items()}
 # wNa16: per-channel in both encodings vLLM uses: block_shape [0, 0] and the wNa16 oracle's [0, -1];
 # grouped includes the clause's boundary, group size 1 ("block_shape[1] > 0")
-_GROUP = {True: st.sampled_from((1, 32, 64, 128)), False: st.sampled_from((0, -1)), None: st.sampled_from((0, -1, 1, 32, 64, 128))}
+_GROUP = {
+    True: st.sampled_from((1, 32, 64, 128)),
+    False: st.sampled_from((0, -1)),
+    None: st.sampled_from((0, -1, 1, 32, 64, 128)),
+}
 # fp8: per-tensor, or the 128 x 128 blocks of DeepSeek-style checkpoints (block_shape[1] = 128 > 0,
 # which must not trigger the wNa16 clause)
 _FP8_GROUP = {True: st.just(128), False: st.just(0), None: st.sampled_from((0, 128))}

@@ -78,14 +78,21 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--min-change", type=float, default=DEFAULT_MIN_CHANGE)
     v.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     t = p.add_argument_group("evidence (traffic model)")
-    t.add_argument("--moe-shape", help="experts=E,top_k=K,hidden=H,intermediate=I,layers=L[,dtype=bf16] "
-                   "(default: read from the model's config.json)")
+    t.add_argument(
+        "--moe-shape",
+        help="experts=E,top_k=K,hidden=H,intermediate=I,layers=L[,dtype=bf16] "
+        "(default: read from the model's config.json)",
+    )
     t.add_argument("--host-fraction", type=float, default=1.0, help="fraction of experts UVA-offloaded")
     t.add_argument("--uva-peak-gbps", type=float, default=DEFAULT_UVA_PEAK_GBPS)
     t.add_argument("--routing", type=Path, help='routing sample JSON {"c": [step: [token: [ids]]]}')
-    t.add_argument("--host-sorted", choices=("pr", "both", "none"), default="pr",
-                   help="which builds take the sorted path for host-resident weights (have vLLM PR #62054's rule; "
-                   "default: the PR build only; 'both' for a same-build run of 0.33.0, 'none' of 0.32.0)")
+    t.add_argument(
+        "--host-sorted",
+        choices=("pr", "both", "none"),
+        default="pr",
+        help="which builds take the sorted path for host-resident weights (have vLLM PR #62054's rule; "
+        "default: the PR build only; 'both' for a same-build run of 0.33.0, 'none' of 0.32.0)",
+    )
     t.add_argument("--no-evidence", action="store_true", help="no traffic columns (e.g. a CPU run: no PCIe)")
     return p
 
@@ -97,8 +104,11 @@ def _traffic(opts: argparse.Namespace, model: str | None) -> TrafficModel | None
     if shape is None:
         return None
     routing = load_routing(opts.routing) if opts.routing else None
-    rule = {"pr": {"base": False, "pr": True}, "both": {"base": True, "pr": True},
-            "none": {"base": False, "pr": False}}[opts.host_sorted]
+    rule = {
+        "pr": {"base": False, "pr": True},
+        "both": {"base": True, "pr": True},
+        "none": {"base": False, "pr": False},
+    }[opts.host_sorted]
     return TrafficModel(shape, opts.host_fraction, opts.uva_peak_gbps, routing, sorted_always=rule)
 
 
@@ -106,8 +116,12 @@ def _build(role: str, opts: argparse.Namespace):
     py = getattr(opts, f"{role}_python")
     if not py:
         raise DriverError(f"--{role}-python is required (the interpreter of the {role} build's environment)")
-    fields = {"label": getattr(opts, f"{role}_label"), "python": py, "env": _env(getattr(opts, f"{role}_env")),
-              "server_args": tuple(shlex.split(getattr(opts, f"{role}_server_args")))}
+    fields = {
+        "label": getattr(opts, f"{role}_label"),
+        "python": py,
+        "env": _env(getattr(opts, f"{role}_env")),
+        "server_args": tuple(shlex.split(getattr(opts, f"{role}_server_args"))),
+    }
     try:
         from moegate.e2e.build import Build
     except ImportError:
@@ -126,27 +140,53 @@ def main(argv: list[str] | None = None) -> int:
                 raise DriverError("--model is required")
             if bool(opts.dataset_path) == bool(opts.random_input_len):
                 raise DriverError("give exactly one of --dataset-path (ShareGPT) and --random-input-len (random)")
-            dataset = (Dataset("sharegpt", path=opts.dataset_path) if opts.dataset_path
-                       else Dataset("random", input_len=opts.random_input_len))
+            dataset = (
+                Dataset("sharegpt", path=opts.dataset_path)
+                if opts.dataset_path
+                else Dataset("random", input_len=opts.random_input_len)
+            )
             prompts = None
             if opts.prompts:
                 if len(opts.prompts) != len(opts.concurrency):
                     raise DriverError(f"--prompts has {len(opts.prompts)} values for {len(opts.concurrency)} levels")
                 prompts = dict(zip(opts.concurrency, opts.prompts))
-            plan = Plan(concurrency=opts.concurrency, starts=opts.starts, output_len=opts.output_len,
-                        target_seconds=opts.target_seconds, min_rounds=opts.min_rounds,
-                        warmup_rounds=opts.warmup_rounds, seed=opts.seed, prompts=prompts,
-                        extra_bench_args=tuple(opts.bench_arg))
+            plan = Plan(
+                concurrency=opts.concurrency,
+                starts=opts.starts,
+                output_len=opts.output_len,
+                target_seconds=opts.target_seconds,
+                min_rounds=opts.min_rounds,
+                warmup_rounds=opts.warmup_rounds,
+                seed=opts.seed,
+                prompts=prompts,
+                extra_bench_args=tuple(opts.bench_arg),
+            )
             out = opts.out or ROOT / "reports" / time.strftime("ab-%Y%m%d-%H%M%S")
-            driver = Driver({"base": _build("base", opts), "pr": _build("pr", opts)}, opts.model, out, plan,
-                            dataset, server_args=shlex.split(opts.server_args), tokenizer=opts.tokenizer,
-                            served_name=opts.served_name, startup_timeout_s=opts.startup_timeout,
-                            bench_timeout_s=opts.bench_timeout, resume=opts.resume,
-                            max_new_starts=opts.max_new_starts)
+            driver = Driver(
+                {"base": _build("base", opts), "pr": _build("pr", opts)},
+                opts.model,
+                out,
+                plan,
+                dataset,
+                server_args=shlex.split(opts.server_args),
+                tokenizer=opts.tokenizer,
+                served_name=opts.served_name,
+                startup_timeout_s=opts.startup_timeout,
+                bench_timeout_s=opts.bench_timeout,
+                resume=opts.resume,
+                max_new_starts=opts.max_new_starts,
+            )
             run = driver.run()
         traffic = _traffic(opts, run.model)
-        rep = report_mod.write(run, out, traffic, alpha=opts.alpha, min_change=opts.min_change,
-                               gate_threshold=opts.gate_threshold, gate=opts.gate)
+        rep = report_mod.write(
+            run,
+            out,
+            traffic,
+            alpha=opts.alpha,
+            min_change=opts.min_change,
+            gate_threshold=opts.gate_threshold,
+            gate=opts.gate,
+        )
     except (DriverError, ValueError) as exc:
         print(f"moegate.ab: {exc}", file=sys.stderr)
         return 2
@@ -156,8 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     if summary:
         with open(summary, "a") as fh:
             # the plot is a file in the run folder, not an address a job summary can show
-            fh.write(rep.markdown.replace(f"![output tok/s against concurrency]({report_mod.PLOT})",
-                                          f"Plot: `{Path(out) / report_mod.PLOT}`") + "\n")
+            fh.write(
+                rep.markdown.replace(
+                    f"![output tok/s against concurrency]({report_mod.PLOT})", f"Plot: `{Path(out) / report_mod.PLOT}`"
+                )
+                + "\n"
+            )
     if opts.gate and not rep.verdict.gate_passed:
         print("moegate.ab: gate FAILED: " + "; ".join(rep.verdict.gate_failures), file=sys.stderr)
         return 1

@@ -107,10 +107,22 @@ class Dataset:
 
     def bench_args(self, output_len: int) -> list[str]:
         if self.name == "sharegpt":
-            return ["--dataset-name", "sharegpt", "--dataset-path", str(self.path),
-                    "--sharegpt-output-len", str(output_len)]
-        return ["--dataset-name", "random", "--random-input-len", str(self.input_len),
-                "--random-output-len", str(output_len)]
+            return [
+                "--dataset-name",
+                "sharegpt",
+                "--dataset-path",
+                str(self.path),
+                "--sharegpt-output-len",
+                str(output_len),
+            ]
+        return [
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(self.input_len),
+            "--random-output-len",
+            str(output_len),
+        ]
 
     def describe(self, output_len: int) -> str:
         if self.name == "sharegpt":
@@ -126,8 +138,10 @@ def sharegpt_records(path: str | Path) -> int:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DriverError(f"--dataset-path {p}: not valid JSON ({exc}); a truncated dump needs a streaming "
-                          "parse written back as a list (moegate/e2e/prompts.py)") from None
+        raise DriverError(
+            f"--dataset-path {p}: not valid JSON ({exc}); a truncated dump needs a streaming "
+            "parse written back as a list (moegate/e2e/prompts.py)"
+        ) from None
     if not isinstance(data, list):
         raise DriverError(f"--dataset-path {p}: expected a JSON list of ShareGPT records")
     return sum(1 for r in data if isinstance(r, dict) and len(r.get("conversations") or ()) >= 2)
@@ -235,8 +249,9 @@ def _tail(path: Path, n: int = 30) -> str:
         return ""
 
 
-def run_bench_subprocess(build: BuildLike, args: list[str], json_out: Path, log_path: Path,
-                         timeout_s: float = 3600.0) -> dict:
+def run_bench_subprocess(
+    build: BuildLike, args: list[str], json_out: Path, log_path: Path, timeout_s: float = 3600.0
+) -> dict:
     """``vllm bench serve`` through ``moegate.vllm.bench_serve`` in the build's own Python."""
     env = {**os.environ, **dict(build.env)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
@@ -246,8 +261,9 @@ def run_bench_subprocess(build: BuildLike, args: list[str], json_out: Path, log_
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         try:
-            rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s,
-                                check=False).returncode
+            rc = subprocess.run(
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+            ).returncode
         except subprocess.TimeoutExpired:
             raise BenchError(f"benchmark timed out after {timeout_s:.0f} s; {log_path}:\n{_tail(log_path)}") from None
     if rc != 0 or not json_out.is_file():
@@ -274,8 +290,14 @@ class BenchWorkers:
         log = self.folder / f"bench-worker-{_safe(build.label)}.log"
         self.folder.mkdir(parents=True, exist_ok=True)
         fh = log.open("a")
-        proc = subprocess.Popen([build.python, "-m", "moegate.vllm.bench_serve", "--worker"], env=env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=fh, text=True)
+        proc = subprocess.Popen(
+            [build.python, "-m", "moegate.vllm.bench_serve", "--worker"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=fh,
+            text=True,
+        )
         replies: queue.Queue[str] = queue.Queue()
 
         def pump() -> None:
@@ -362,7 +384,13 @@ class Driver:
     ) -> None:
         if set(builds) != set(ROLES):
             raise DriverError(f"builds must be given for {ROLES}, got {sorted(builds)}")
-        self.builds, self.model, self.out_dir, self.plan, self.dataset = builds, str(model), Path(out_dir), plan, dataset
+        self.builds, self.model, self.out_dir, self.plan, self.dataset = (
+            builds,
+            str(model),
+            Path(out_dir),
+            plan,
+            dataset,
+        )
         self.server_args = list(server_args)
         self.tokenizer, self.served_name = tokenizer, served_name
         self.startup_timeout_s = startup_timeout_s
@@ -395,18 +423,39 @@ class Driver:
 
     def _bench_args(self, server: ServerLike, c: int, prompts: int, seed: int, label: str) -> list[str]:
         return [
-            "--backend", "openai", "--base-url", server.url, "--endpoint", "/v1/completions",
-            "--model", self.model, "--served-model-name", server.model_name,
-            "--tokenizer", self.tokenizer or self.model,
+            "--backend",
+            "openai",
+            "--base-url",
+            server.url,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            self.model,
+            "--served-model-name",
+            server.model_name,
+            "--tokenizer",
+            self.tokenizer or self.model,
             *self.dataset.bench_args(self.plan.output_len),
-            "--num-prompts", str(prompts), "--max-concurrency", str(c), "--num-warmups", str(c),
-            "--ignore-eos", "--seed", str(seed), "--disable-tqdm", "--label", label,
-            "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--num-prompts",
+            str(prompts),
+            "--max-concurrency",
+            str(c),
+            "--num-warmups",
+            str(c),
+            "--ignore-eos",
+            "--seed",
+            str(seed),
+            "--disable-tqdm",
+            "--label",
+            label,
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
             *self.plan.extra_bench_args,
         ]
 
-    def _one(self, build: BuildLike, server: ServerLike, folder: Path, phase: str, c: int, prompts: int,
-             seed: int) -> tuple[float, float]:
+    def _one(
+        self, build: BuildLike, server: ServerLike, folder: Path, phase: str, c: int, prompts: int, seed: int
+    ) -> tuple[float, float]:
         json_out, log_path = folder / f"{phase}-c{c}.json", folder / f"{phase}-c{c}.log"
         args = self._bench_args(server, c, prompts, seed, f"{build.label}-{phase}-c{c}")
         try:
@@ -419,7 +468,8 @@ class Driver:
             errors = [e for e in result.get("errors") or () if e][:3]
             raise BenchError(
                 f"{phase} run at concurrency {c}: {completed} of {prompts} requests completed, {failed} failed, "
-                f"output_throughput={tok_s!r}" + (f"; first errors: {errors}" if errors else "")
+                f"output_throughput={tok_s!r}"
+                + (f"; first errors: {errors}" if errors else "")
                 + f"; {log_path}:\n{_tail(log_path, 10)}"
             )
         return float(tok_s), float(result.get("duration") or 0.0)
@@ -428,9 +478,12 @@ class Driver:
 
     def _sized(self, warm: Mapping[int, float]) -> tuple[dict[int, int], str]:
         prompts = {c: self.plan.size(c, warm.get(c)) for c in self.plan.concurrency}
-        note = (f"fixed per level ({self.plan.prompts})" if self.plan.prompts else
-                f"sized once from the first completed warm-up sweep: N_c = c x max({self.plan.min_rounds}, "
-                f"ceil({self.plan.target_seconds:g} s x warm-up tok/s / ({self.plan.output_len} x c)))")
+        note = (
+            f"fixed per level ({self.plan.prompts})"
+            if self.plan.prompts
+            else f"sized once from the first completed warm-up sweep: N_c = c x max({self.plan.min_rounds}, "
+            f"ceil({self.plan.target_seconds:g} s x warm-up tok/s / ({self.plan.output_len} x c)))"
+        )
         if self.records is not None and max(prompts.values()) > self.records:
             capped = {c: min(n, c * (self.records // c)) for c, n in prompts.items()}
             note += f"; capped to the {self.records} ShareGPT records (no prompt repeated within a level)"
@@ -443,8 +496,10 @@ class Driver:
             return []
         old = load_run(self.out_dir)
         if old.plan.get("concurrency") != list(self.plan.concurrency) or old.plan.get("starts") != self.plan.starts:
-            raise DriverError(f"{path}: another plan ({old.plan.get('concurrency')}, {old.plan.get('starts')} starts); "
-                              "resume only the same plan")
+            raise DriverError(
+                f"{path}: another plan ({old.plan.get('concurrency')}, {old.plan.get('starts')} starts); "
+                "resume only the same plan"
+            )
         if old.prompts:
             self.prompts, self.prompts_note = dict(old.prompts), old.prompts_note
         return list(old.starts)
@@ -471,19 +526,27 @@ class Driver:
             self.log(f"[ab] start {index + 1}/{2 * self.plan.starts}: {role} ({build.label}), round {round_}")
             server = None
             try:
-                with factory(build, self.model, self.server_args, log_path=folder / "server.log",
-                             startup_timeout_s=self.startup_timeout_s, served_name=self.served_name) as server:
+                with factory(
+                    build,
+                    self.model,
+                    self.server_args,
+                    log_path=folder / "server.log",
+                    startup_timeout_s=self.startup_timeout_s,
+                    served_name=self.served_name,
+                ) as server:
                     for j, c in enumerate(self.plan.concurrency):
                         warm_seed, _ = self.plan.seeds(round_, j)
-                        rec.warmup[c], _ = self._one(build, server, folder, "warmup", c,
-                                                     c * self.plan.warmup_rounds, warm_seed)
+                        rec.warmup[c], _ = self._one(
+                            build, server, folder, "warmup", c, c * self.plan.warmup_rounds, warm_seed
+                        )
                     if self.prompts is None:
                         self.prompts, self.prompts_note = self._sized(rec.warmup)
                         self.log(f"[ab] prompts per level: {self.prompts}")
                     for j, c in enumerate(self.plan.concurrency):
                         _, seed = self.plan.seeds(round_, j)
-                        rec.measured[c], rec.durations[c] = self._one(build, server, folder, "measured", c,
-                                                                      self.prompts[c], seed)
+                        rec.measured[c], rec.durations[c] = self._one(
+                            build, server, folder, "measured", c, self.prompts[c], seed
+                        )
                         self.log(f"[ab]   c={c}: {rec.measured[c]:.2f} output tok/s")
                 rec.status = "ok"
             except Exception as exc:  # noqa: BLE001 - any failure fails this start only, with its reason kept
@@ -520,12 +583,22 @@ class Driver:
         return run if run is not None else self._run(records)
 
     def _run(self, records: list[StartRecord]) -> Run:
-        builds = {role: {"label": b.label, "python": b.python, "server_args": list(b.server_args),
-                         "env": dict(b.env)} for role, b in self.builds.items()}
+        builds = {
+            role: {"label": b.label, "python": b.python, "server_args": list(b.server_args), "env": dict(b.env)}
+            for role, b in self.builds.items()
+        }
         plan = asdict(self.plan)
         plan["concurrency"] = list(self.plan.concurrency)
-        return Run(builds, self.model, self.server_args, plan, self.dataset.describe(self.plan.output_len),
-                   dict(self.prompts or {}), self.prompts_note, list(records))
+        return Run(
+            builds,
+            self.model,
+            self.server_args,
+            plan,
+            self.dataset.describe(self.plan.output_len),
+            dict(self.prompts or {}),
+            self.prompts_note,
+            list(records),
+        )
 
 
 def _safe(label: str) -> str:

@@ -51,9 +51,11 @@ class MoEShape:
         return 3 * self.intermediate * self.hidden * self.bytes_per_element
 
     def describe(self) -> str:
-        return (f"{self.experts} experts, top-{self.top_k}, hidden {self.hidden}, expert intermediate "
-                f"{self.intermediate}, {self.layers} MoE layers, {self.bytes_per_element} B/element "
-                f"({self.expert_bytes / 2**20:.2f} MiB per expert per layer)")
+        return (
+            f"{self.experts} experts, top-{self.top_k}, hidden {self.hidden}, expert intermediate "
+            f"{self.intermediate}, {self.layers} MoE layers, {self.bytes_per_element} B/element "
+            f"({self.expert_bytes / 2**20:.2f} MiB per expert per layer)"
+        )
 
     @classmethod
     def parse(cls, text: str) -> MoEShape:
@@ -155,8 +157,10 @@ class TrafficModel:
             source = "uniform model"
         per_read = self.shape.expert_bytes * self.shape.layers * self.host_fraction
         rules = self.sorted_always if self.sorted_always is not None else {"base": False, "pr": True}
-        paths = {label: ("sorted" if always or not naive_region(self.shape, c) else "naive")
-                 for label, always in rules.items()}
+        paths = {
+            label: ("sorted" if always or not naive_region(self.shape, c) else "naive")
+            for label, always in rules.items()
+        }
         return LevelTraffic(c, pairs, unique, source, pairs * per_read, unique * per_read, paths)
 
     def achieved_gbps(self, c: int, label: str, tok_s: float) -> float:
@@ -164,8 +168,10 @@ class TrafficModel:
         return self.level(c).bytes_for(label) * (tok_s / c) / 1e9
 
     def describe(self) -> str:
-        return (f"{self.shape.describe()}; {self.host_fraction:.0%} of experts host-resident; UVA peak "
-                f"{self.uva_peak_gbps:g} GB/s")
+        return (
+            f"{self.shape.describe()}; {self.host_fraction:.0%} of experts host-resident; UVA peak "
+            f"{self.uva_peak_gbps:g} GB/s"
+        )
 
 
 def load_routing(path: str | Path) -> dict[int, list[list[list[int]]]]:

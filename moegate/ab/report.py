@@ -62,8 +62,9 @@ def _change_cell(lv) -> str:
     return text.replace("-", "−")
 
 
-def markdown(run: Run, verdict: Verdict, traffic: TrafficModel | None = None, *, plot_name: str | None = PLOT,
-             gate: bool = False) -> str:
+def markdown(
+    run: Run, verdict: Verdict, traffic: TrafficModel | None = None, *, plot_name: str | None = PLOT, gate: bool = False
+) -> str:
     b, p = run.builds["base"], run.builds["pr"]
     good = {role: sum(1 for s in run.starts if s.role == role and s.status == "ok") for role in ("base", "pr")}
     total = {role: sum(1 for s in run.starts if s.role == role) for role in ("base", "pr")}
@@ -72,13 +73,18 @@ def markdown(run: Run, verdict: Verdict, traffic: TrafficModel | None = None, *,
         "",
         f"Model `{run.model}`; server flags `{' '.join(run.server_args) or '(none)'}`"
         + (f"; base adds `{' '.join(b['server_args'])}`" if b["server_args"] else "")
-        + (f"; PR adds `{' '.join(p['server_args'])}`" if p["server_args"] else "") + ".",
-        (f"Good starts: base {good['base']} of {total['base']}, PR {good['pr']} of {total['pr']} "
-         f"(interleaved A B | B A | ..., a fresh server each). Prompts: {run.dataset}."),
-        (f"Per level: `vllm bench serve --max-concurrency c --num-warmups c --ignore-eos`, prompts "
-         f"{_prompts(run)} ({run.prompts_note}). Warm-up: every start first ran an uncounted sweep over "
-         f"every concurrency ({run.plan['warmup_rounds']} rounds each), so every kernel variant was compiled "
-         f"before the measured sweep."),
+        + (f"; PR adds `{' '.join(p['server_args'])}`" if p["server_args"] else "")
+        + ".",
+        (
+            f"Good starts: base {good['base']} of {total['base']}, PR {good['pr']} of {total['pr']} "
+            f"(interleaved A B | B A | ..., a fresh server each). Prompts: {run.dataset}."
+        ),
+        (
+            f"Per level: `vllm bench serve --max-concurrency c --num-warmups c --ignore-eos`, prompts "
+            f"{_prompts(run)} ({run.prompts_note}). Warm-up: every start first ran an uncounted sweep over "
+            f"every concurrency ({run.plan['warmup_rounds']} rounds each), so every kernel variant was compiled "
+            f"before the measured sweep."
+        ),
         "",
     ]
     header = ["in flight", "starts (base / PR)", "output tok/s, base", "output tok/s, PR", "change [CI]", "verdict"]
@@ -86,12 +92,19 @@ def markdown(run: Run, verdict: Verdict, traffic: TrafficModel | None = None, *,
         header += ["expert bytes/step (base / PR)", f"achieved GB/s (base / PR), peak {traffic.uva_peak_gbps:g}"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for lv in verdict.levels:
-        row = [str(lv.concurrency), f"{len(lv.base)} / {len(lv.pr)}", _range(lv.base), _range(lv.pr),
-               _change_cell(lv), f"**{lv.verdict}**" if lv.verdict in ("improved", "regressed") else lv.verdict]
+        row = [
+            str(lv.concurrency),
+            f"{len(lv.base)} / {len(lv.pr)}",
+            _range(lv.base),
+            _range(lv.pr),
+            _change_cell(lv),
+            f"**{lv.verdict}**" if lv.verdict in ("improved", "regressed") else lv.verdict,
+        ]
         if traffic is not None:
             t = traffic.level(lv.concurrency)
-            row.append(f"{_bytes(t.bytes_for('base'))} ({t.paths['base']}) / {_bytes(t.bytes_for('pr'))} "
-                       f"({t.paths['pr']})")
+            row.append(
+                f"{_bytes(t.bytes_for('base'))} ({t.paths['base']}) / {_bytes(t.bytes_for('pr'))} ({t.paths['pr']})"
+            )
             cells = []
             for role, xs in (("base", lv.base), ("pr", lv.pr)):
                 if xs:
@@ -101,36 +114,61 @@ def markdown(run: Run, verdict: Verdict, traffic: TrafficModel | None = None, *,
                     cells.append("–")
             row.append(" / ".join(cells))
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", (f"**Rule.** {rule_text(verdict.alpha, verdict.min_change, verdict.gate_threshold)} "
-                   f"Holm family here: {verdict.family_size} level(s); CI = the Holm-adjusted interval of "
-                   "PR/base − 1.")]
+    lines += [
+        "",
+        (
+            f"**Rule.** {rule_text(verdict.alpha, verdict.min_change, verdict.gate_threshold)} "
+            f"Holm family here: {verdict.family_size} level(s); CI = the Holm-adjusted interval of "
+            "PR/base − 1."
+        ),
+    ]
     notes = [f"c={lv.concurrency}: {lv.reason}" for lv in verdict.levels if lv.verdict == NO_VERDICT]
     if notes:
         lines += ["", "No verdict: " + "; ".join(notes) + "."]
     durations = _durations(run)
     if durations:
-        lines += ["", "Measured run length per level (s, min–max over good starts): " + ", ".join(
-            f"c={c}: {_range(ds)}" for c, ds in durations.items()) + "."]
+        lines += [
+            "",
+            "Measured run length per level (s, min–max over good starts): "
+            + ", ".join(f"c={c}: {_range(ds)}" for c, ds in durations.items())
+            + ".",
+        ]
     if traffic is not None:
         src = {traffic.level(lv.concurrency).source for lv in verdict.levels}
-        lines += ["", (f"**Evidence.** {traffic.describe()}. Expert reads per decode step from "
-                       f"{', '.join(sorted(src))}; a build's path at each level is the dispatch rule's for "
-                       "host-resident weights (PR: always sorted; base: naive while c·top_k·4 ≤ experts); "
-                       "achieved GB/s = bytes/step × (tok/s ÷ c), prefill ignored.")]
+        lines += [
+            "",
+            (
+                f"**Evidence.** {traffic.describe()}. Expert reads per decode step from "
+                f"{', '.join(sorted(src))}; a build's path at each level is the dispatch rule's for "
+                "host-resident weights (PR: always sorted; base: naive while c·top_k·4 ≤ experts); "
+                "achieved GB/s = bytes/step × (tok/s ÷ c), prefill ignored."
+            ),
+        ]
     if gate:
-        lines += ["", "**Gate: passed.**" if verdict.gate_passed else
-                  "**Gate: FAILED**: " + "; ".join(verdict.gate_failures) + "."]
+        lines += [
+            "",
+            "**Gate: passed.**"
+            if verdict.gate_passed
+            else "**Gate: FAILED**: " + "; ".join(verdict.gate_failures) + ".",
+        ]
     failed = [s for s in run.starts if s.status != "ok"]
     if failed:
         lines += ["", f"### Failed starts ({len(failed)}; none of their figures is counted)"]
         for s in failed:
-            summary = (f"<details><summary>start {s.index + 1}: {s.role} ({s.label}), round {s.round}: "
-                       f"{_html(s.error or '')}</summary>")
+            summary = (
+                f"<details><summary>start {s.index + 1}: {s.role} ({s.label}), round {s.round}: "
+                f"{_html(s.error or '')}</summary>"
+            )
             lines += ["", summary, "", "```", (s.log_tail or "").rstrip()[-4000:], "```", "", "</details>"]
     if plot_name:
         lines += ["", f"![output tok/s against concurrency]({plot_name})"]
-    lines += ["", ("Raw results: `starts/*/measured-c*.json` (vLLM's own result dicts), warm-ups beside them, "
-                   "`run.json` (schedule, sizing, per-start status).")]
+    lines += [
+        "",
+        (
+            "Raw results: `starts/*/measured-c*.json` (vLLM's own result dicts), warm-ups beside them, "
+            "`run.json` (schedule, sizing, per-start status)."
+        ),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -179,8 +217,14 @@ def plot(run: Run, verdict: Verdict, path: Path) -> Path:
             ax.errorbar(gx, gy, yerr=[lo, hi], fmt="o-", color=color, capsize=4, label=label + " (geomean, min–max)")
     for x, lv in zip(xs, verdict.levels):
         if lv.verdict in ("improved", "regressed") and lv.change is not None:
-            ax.annotate(f"{lv.change:+.0%}", (x, max(lv.base + lv.pr)), textcoords="offset points", xytext=(0, 6),
-                        ha="center", fontsize=8)
+            ax.annotate(
+                f"{lv.change:+.0%}",
+                (x, max(lv.base + lv.pr)),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=8,
+            )
     ax.set_xticks(xs, [str(c) for c in levels])
     ax.set_xlabel("requests in flight (--max-concurrency)")
     ax.set_ylabel("output tokens/s")
@@ -194,13 +238,22 @@ def plot(run: Run, verdict: Verdict, path: Path) -> Path:
     return path
 
 
-def write(run: Run, out_dir: str | Path, traffic: TrafficModel | None = None, *, alpha: float = DEFAULT_ALPHA,
-          min_change: float = DEFAULT_MIN_CHANGE, gate_threshold: float = DEFAULT_GATE_THRESHOLD,
-          gate: bool = False, with_plot: bool = True) -> Report:
+def write(
+    run: Run,
+    out_dir: str | Path,
+    traffic: TrafficModel | None = None,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    min_change: float = DEFAULT_MIN_CHANGE,
+    gate_threshold: float = DEFAULT_GATE_THRESHOLD,
+    gate: bool = False,
+    with_plot: bool = True,
+) -> Report:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    verdict = compare(run.samples("base"), run.samples("pr"), alpha=alpha, min_change=min_change,
-                      gate_threshold=gate_threshold)
+    verdict = compare(
+        run.samples("base"), run.samples("pr"), alpha=alpha, min_change=min_change, gate_threshold=gate_threshold
+    )
     png = plot(run, verdict, out / PLOT) if with_plot else None
     md = markdown(run, verdict, traffic, plot_name=PLOT if png else None, gate=gate)
     (out / MARKDOWN).write_text(md)
@@ -208,11 +261,17 @@ def write(run: Run, out_dir: str | Path, traffic: TrafficModel | None = None, *,
     if traffic is not None:
         payload["traffic"] = {
             "model": traffic.describe(),
-            "levels": {lv.concurrency: {
-                **{k: v for k, v in vars(traffic.level(lv.concurrency)).items() if k != "concurrency"},
-                "achieved_gbps": {role: traffic.achieved_gbps(lv.concurrency, role, _geomean(xs))
-                                  for role, xs in (("base", lv.base), ("pr", lv.pr)) if xs},
-            } for lv in verdict.levels},
+            "levels": {
+                lv.concurrency: {
+                    **{k: v for k, v in vars(traffic.level(lv.concurrency)).items() if k != "concurrency"},
+                    "achieved_gbps": {
+                        role: traffic.achieved_gbps(lv.concurrency, role, _geomean(xs))
+                        for role, xs in (("base", lv.base), ("pr", lv.pr))
+                        if xs
+                    },
+                }
+                for lv in verdict.levels
+            },
         }
     (out / VERDICT_JSON).write_text(json.dumps(payload, indent=1))
     return Report(verdict, md, png)

@@ -175,8 +175,9 @@ class Verdict:
         return out
 
 
-def rule_text(alpha: float = DEFAULT_ALPHA, min_change: float = DEFAULT_MIN_CHANGE,
-              gate_threshold: float = DEFAULT_GATE_THRESHOLD) -> str:
+def rule_text(
+    alpha: float = DEFAULT_ALPHA, min_change: float = DEFAULT_MIN_CHANGE, gate_threshold: float = DEFAULT_GATE_THRESHOLD
+) -> str:
     """The rule in one paragraph, for reports."""
     return (
         f"One sample per server start (output tok/s of its measured run). Change = geometric mean PR / base; "
@@ -243,8 +244,20 @@ def compare(
         else:
             verdict, reason = WITHIN, f"interval contains 1 (Holm p = {ph:.3g})"
         out.append(
-            LevelVerdict(c, b, p, verdict, reason, ratio=math.exp(w.d), p=w.p, p_holm=ph, df=w.df,
-                         confidence=confidence, ci=ci, ci95=_interval(w, 0.95))
+            LevelVerdict(
+                c,
+                b,
+                p,
+                verdict,
+                reason,
+                ratio=math.exp(w.d),
+                p=w.p,
+                p_holm=ph,
+                df=w.df,
+                confidence=confidence,
+                ci=ci,
+                ci95=_interval(w, 0.95),
+            )
         )
     failures = []
     for lv in out:

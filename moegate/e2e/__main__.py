@@ -93,8 +93,10 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     builds = [
         parse_build(
-            getattr(args, f"{side}_label"), getattr(args, side),
-            server_args=getattr(args, f"{side}_args"), env=env_pairs(getattr(args, f"{side}_env")),
+            getattr(args, f"{side}_label"),
+            getattr(args, side),
+            server_args=getattr(args, f"{side}_args"),
+            env=env_pairs(getattr(args, f"{side}_env")),
         )  # fmt: skip
         for side in ("base", "pr")
     ]
@@ -196,8 +198,11 @@ def _prompts(args: argparse.Namespace) -> int:
     elif args.export:
         target = Path(args.export).resolve()
         if ROOT in target.parents and not _git_ignored(target):
-            print(f"moegate.e2e: {target} would be committable; export the texts outside the repository "
-                  "or into an ignored folder", file=sys.stderr)
+            print(
+                f"moegate.e2e: {target} would be committable; export the texts outside the repository "
+                "or into an ignored folder",
+                file=sys.stderr,
+            )
             return 2
         chosen = prompts.load()
         prompts.export(chosen, target)

@@ -53,7 +53,9 @@ def gsm8k_file(name: str, directory: str | os.PathLike[str] | None = None) -> Pa
         raise DataError(f"unknown GSM8K file {name!r}; known: {', '.join(GSM8K_SHA256)}")
     path = gsm8k_dir(directory) / name
     if not path.is_file():
-        raise DataError(f"{path} is missing (point MOEGATE_GSM8K_DIR or --gsm8k-dir at the folder with test.jsonl and train.jsonl)")
+        raise DataError(
+            f"{path} is missing (point MOEGATE_GSM8K_DIR or --gsm8k-dir at the folder with test.jsonl and train.jsonl)"
+        )
     got = sha256_file(path)
     if got != GSM8K_SHA256[name]:
         raise DataError(f"{path} has sha256 {got}, expected {GSM8K_SHA256[name]}: not the published file")

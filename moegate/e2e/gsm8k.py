@@ -145,7 +145,9 @@ def eval_python(explicit: str | os.PathLike[str] | None = None) -> Path:
     ``check_lm_eval`` says in one line whether lm-eval imports there.
     """
     spec = explicit or os.environ.get(EVAL_PYTHON_ENV) or REPO_ROOT / ".nox" / "_eval" / "bin" / "python"
-    path = Path(spec).expanduser().absolute()  # absolute: lm-eval runs in the run folder; not resolved: a venv's python is a link
+    path = (
+        Path(spec).expanduser().absolute()
+    )  # absolute: lm-eval runs in the run folder; not resolved: a venv's python is a link
     if path.is_dir():
         path = path / "bin" / "python"
     return path

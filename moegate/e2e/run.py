@@ -119,9 +119,7 @@ def write_raw(run: BuildRun, out: Path) -> None:
     (out / f"greedy-{run.build.label}.json").write_text(json.dumps(raw) + "\n")
 
 
-def serve_and_measure(
-    build: Build, prompts: Sequence[Prompt], opts: Options, out: Path, **server_kw: Any
-) -> BuildRun:
+def serve_and_measure(build: Build, prompts: Sequence[Prompt], opts: Options, out: Path, **server_kw: Any) -> BuildRun:
     """Start the build's server once, run every asked-for gate against it, stop it."""
     run = BuildRun(build, info=build.describe())
     t0 = time.monotonic()
@@ -145,7 +143,8 @@ def golden_key(gate: str, run: BuildRun, opts: Options, in_flight: int | None) -
         dtype=flag_value(flags, "--dtype", "auto"),
         model_hash=model_hash(opts.model) if Path(opts.model).is_dir() else opts.model.replace("/", "--"),
         flags=tuple(a for a in flags if a),
-        size=f"p{len(run.greedy[in_flight or 1])}-t{opts.max_tokens}" if gate == "greedy"
+        size=f"p{len(run.greedy[in_flight or 1])}-t{opts.max_tokens}"
+        if gate == "greedy"
         else f"n{opts.gsm8k_limit}-{opts.gsm8k_task}-c{opts.gsm8k_in_flight}",
         in_flight=in_flight,
     )
@@ -161,7 +160,9 @@ def provenance(run: BuildRun, opts: Options, in_flight: int | None) -> dict[str,
     }  # fmt: skip
 
 
-def check_golden(gate: str, run: BuildRun, opts: Options, in_flight: int | None, decode: greedy.Decode | None) -> GateResult:
+def check_golden(
+    gate: str, run: BuildRun, opts: Options, in_flight: int | None, decode: greedy.Decode | None
+) -> GateResult:
     """One build's records against the golden of its key (or blessed into it)."""
     from moegate.e2e import gsm8k
 
@@ -206,7 +207,12 @@ def compare_builds(base: BuildRun, pr: BuildRun, opts: Options, decode: greedy.D
                     results.append(res)
                     stable.append(res.passed)
             res = greedy.compare(
-                base.build.label, base.greedy[c], pr.build.label, pr.greedy[c], gate=f"greedy, {c} in flight", decode=decode
+                base.build.label,
+                base.greedy[c],
+                pr.build.label,
+                pr.greedy[c],
+                gate=f"greedy, {c} in flight",
+                decode=decode,
             )
             if not all(stable):
                 res.passed = False
@@ -256,7 +262,10 @@ def read_raw(out: Path, label: str) -> BuildRun:
     run.repeat = {int(k): [greedy.Completion.from_record(c) for c in v] for k, v in raw.get("repeat", {}).items()}
     from moegate.e2e import gsm8k
 
-    for attr, folder in (("gsm8k", out / f"gsm8k-{label}" / "lm_eval"), ("gsm8k_repeat", out / f"gsm8k-{label}-repeat" / "lm_eval")):
+    for attr, folder in (
+        ("gsm8k", out / f"gsm8k-{label}" / "lm_eval"),
+        ("gsm8k_repeat", out / f"gsm8k-{label}-repeat" / "lm_eval"),
+    ):
         if folder.is_dir():
             setattr(run, attr, gsm8k.read_run(folder))
     return run

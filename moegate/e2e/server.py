@@ -93,7 +93,10 @@ def gpu_memory_used_mib() -> int | None:
     try:
         out = subprocess.run(
             [smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30, check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         ).stdout
         return sum(int(v) for v in out.split() if v.strip().isdigit())
     except (OSError, subprocess.TimeoutExpired):
@@ -176,7 +179,9 @@ class Server:
             lines = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return []
-        hits = [ln for ln in lines if " ERROR " in ln or ln.lstrip().startswith(("ValueError", "RuntimeError", "OSError"))]
+        hits = [
+            ln for ln in lines if " ERROR " in ln or ln.lstrip().startswith(("ValueError", "RuntimeError", "OSError"))
+        ]
         return hits[:n]
 
     def _fail(self, what: str) -> ServerError:
@@ -203,7 +208,9 @@ class Server:
         deadline = t0 + self.startup_timeout_s
         while True:
             if self.proc.poll() is not None:
-                raise self._fail(f"server of build {self.build.label} exited with {self.proc.returncode} while starting")
+                raise self._fail(
+                    f"server of build {self.build.label} exited with {self.proc.returncode} while starting"
+                )
             if self._healthy():
                 self.started_s = time.monotonic() - t0
                 return

@@ -31,7 +31,13 @@ def test_same_build_twice_passes_both_gates_and_matches_its_golden(
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}\n{page}"
     assert page.startswith("# moegate e2e: base vs pr: PASS")
     # every gate ran and said so: greedy at 1 and 4 in flight, the repeat, GSM8K, each golden
-    for gate in ("greedy, 1 in flight", "greedy, 4 in flight", "greedy, base twice, 4 in flight", "gsm8k, base twice", "gsm8k"):
+    for gate in (
+        "greedy, 1 in flight",
+        "greedy, 4 in flight",
+        "greedy, base twice, 4 in flight",
+        "gsm8k, base twice",
+        "gsm8k",
+    ):
         assert f"| {gate} | PASS |" in page, gate
     assert page.count("golden") >= 6 and "| FAIL |" not in page
 

@@ -17,6 +17,7 @@ from moegate.case import ALL_PLACEMENTS, MoECase
 from moegate.kernel_inputs import WeightBank
 from strategies.moe import KERNEL_SHAPES
 
+
 def _fp8_capable() -> bool:
     import torch
 
@@ -53,8 +54,14 @@ def warm(cuda_target, bank: WeightBank, record_testsuite_property) -> float:
     for experts, hidden, inter in KERNEL_SHAPES:
         for tokens in (1, 2, 4, 8):
             for placement in (ALL_PLACEMENTS[0], ALL_PLACEMENTS[3]):
-                case = MoECase(num_tokens=tokens, top_k=min(8, experts), num_experts=experts, hidden=hidden,
-                               intermediate=inter, placement=placement)
+                case = MoECase(
+                    num_tokens=tokens,
+                    top_k=min(8, experts),
+                    num_experts=experts,
+                    hidden=hidden,
+                    intermediate=inter,
+                    placement=placement,
+                )
                 t, w1, w2 = bank.inputs(case)
                 for ep in ("legacy", "modular"):
                     cuda_target.run_placed(case, ep, t, w1, w2)

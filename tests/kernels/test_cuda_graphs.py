@@ -15,8 +15,15 @@ pytestmark = pytest.mark.kernels
 @pytest.mark.parametrize("tokens", [1, 2, 3, 4])
 def test_graph_replay_equals_eager_and_takes_sorted(cuda_target, bank, warm, entrypoint, placement, tokens):
     """Qwen3-30B-A3B expert shapes: the captured path is sorted and replay equals eager, bitwise, on fresh inputs."""
-    case = MoECase(num_tokens=tokens, top_k=8, num_experts=128, hidden=2048, intermediate=768, placement=placement,
-                   routing=Routing(RoutingKind.UNIFORM, seed=tokens))
+    case = MoECase(
+        num_tokens=tokens,
+        top_k=8,
+        num_experts=128,
+        hidden=2048,
+        intermediate=768,
+        placement=placement,
+        routing=Routing(RoutingKind.UNIFORM, seed=tokens),
+    )
     t, w1, w2 = bank.inputs(case)
     graph, captured = cuda_target.capture(case, entrypoint, t, w1, w2)
     results = []
@@ -30,6 +37,8 @@ def test_graph_replay_equals_eager_and_takes_sorted(cuda_target, bank, warm, ent
         torch.cuda.synchronize()
         replayed = captured.output.clone()
         eager = cuda_target.run_placed(nxt, entrypoint, t2, w1, w2)
-        results.append((torch.equal(replayed, eager.output), (replayed.float() - eager.output.float()).abs().max().item()))
+        results.append(
+            (torch.equal(replayed, eager.output), (replayed.float() - eager.output.float()).abs().max().item())
+        )
     assert all(eq for eq, _ in results), f"replay differs from eager: max |diff| {[d for _, d in results]}"
     assert captured.path == "sorted", f"captured graph took {captured.path} with {placement.label} weights"

@@ -27,8 +27,9 @@ entrypoints = pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
 
 
 def with_placement(case: MoECase, placement: Placement) -> MoECase:
-    return MoECase.from_dict({**case.to_dict(), "placement": {"w13_host": placement.w13_host,
-                                                              "w2_host": placement.w2_host}})
+    return MoECase.from_dict(
+        {**case.to_dict(), "placement": {"w13_host": placement.w13_host, "w2_host": placement.w2_host}}
+    )
 
 
 @entrypoints
@@ -73,7 +74,9 @@ def test_naive_and_sorted_paths_give_the_same_output(cuda_target, bank, warm, en
     assert sorted_.path == "sorted", f"host-resident weights did not force the sorted path\n{sorted_.describe()}"
     assert naive.closeness.ok and sorted_.closeness.ok, naive.describe() + "\n" + sorted_.describe()
     diff = (naive.output.float() - sorted_.output.float()).abs().max().item()
-    assert torch.equal(naive.output, sorted_.output), f"naive and sorted differ (max |diff| {diff:.3g})\n" + naive.describe()
+    assert torch.equal(naive.output, sorted_.output), (
+        f"naive and sorted differ (max |diff| {diff:.3g})\n" + naive.describe()
+    )
 
 
 @entrypoints
@@ -107,7 +110,9 @@ def test_expert_parallel_ranks_sum_to_the_whole_layer(cuda_target, bank, warm, e
     # each rank's rounding budget adds up: compare the sum against size tolerances of the whole
     err = (total - whole.output.float()).abs().max().item()
     bound = size * max(whole.closeness.max_abs_err, 1e-30) + size * 4 * 2**-8 * whole.output.float().abs().max().item()
-    assert err <= bound, f"sum over {size} ranks differs from the whole layer by {err:.3g} > {bound:.3g}\n" + whole.describe()
+    assert err <= bound, (
+        f"sum over {size} ranks differs from the whole layer by {err:.3g} > {bound:.3g}\n" + whole.describe()
+    )
 
 
 @pytest.mark.skipif(not FP8, reason=FP8_SKIP)
@@ -119,8 +124,9 @@ def test_fp8_weights_on_every_path_and_placement(cuda_target, bank, warm, entryp
     both within the tolerance, and the outputs bitwise equal (the same kernel config and reduction order,
     and the same dynamic activation scales, on both paths).
     """
-    case = data.draw(kernel_cases(entrypoint, placement=DEVICE, quant=True, schemes="fp8", expert_map=False),
-                     label="case")
+    case = data.draw(
+        kernel_cases(entrypoint, placement=DEVICE, quant=True, schemes="fp8", expert_map=False), label="case"
+    )
     host = data.draw(HOST, label="host placement")
     dev = run_checked(cuda_target, bank, case, entrypoint)
     uva = run_checked(cuda_target, bank, with_placement(case, host), entrypoint)

@@ -29,8 +29,9 @@ class TinyMoE(torch.nn.Module):
     def __init__(self, w13: torch.Tensor, w2: torch.Tensor, order: tuple[str, str], replace: str, target) -> None:
         super().__init__()
         for name in order:
-            self.register_parameter(name, torch.nn.Parameter((w13 if name == "w13_weight" else w2).clone(),
-                                                             requires_grad=False))
+            self.register_parameter(
+                name, torch.nn.Parameter((w13 if name == "w13_weight" else w2).clone(), requires_grad=False)
+            )
         self.replace = replace
         self.target = target
 
@@ -58,7 +59,9 @@ SCENARIOS = {
 @pytest.mark.parametrize("replace", ["new-parameter", "replace_parameter"])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 @pytest.mark.parametrize("entrypoint", ["legacy", "modular"])
-def test_marker_survives_post_processing_and_next_forward_is_sorted(cuda_target, bank, warm, scenario, replace, entrypoint):
+def test_marker_survives_post_processing_and_next_forward_is_sorted(
+    cuda_target, bank, warm, scenario, replace, entrypoint
+):
     order, budget, expected = SCENARIOS[scenario]
     t, _, _ = bank.inputs(CASE)
     layer = TinyMoE(t.w1, t.w2, order, replace, cuda_target).to(cuda_target.device)
@@ -68,11 +71,14 @@ def test_marker_survives_post_processing_and_next_forward_is_sorted(cuda_target,
     assert offloaded == expected, f"UVAOffloader with budget {max_bytes} B offloaded {offloaded}"
 
     cuda_target.process_weights_after_loading(layer)
-    assert marked(layer) == expected, f"after process_weights_after_loading under device_loading_context: {marked(layer)}"
+    assert marked(layer) == expected, (
+        f"after process_weights_after_loading under device_loading_context: {marked(layer)}"
+    )
 
     placement = Placement(w13_host="w13_weight" in expected, w2_host="w2_weight" in expected)
-    case = MoECase.from_dict({**CASE.to_dict(), "placement": {"w13_host": placement.w13_host,
-                                                              "w2_host": placement.w2_host}})
+    case = MoECase.from_dict(
+        {**CASE.to_dict(), "placement": {"w13_host": placement.w13_host, "w2_host": placement.w2_host}}
+    )
     obs = cuda_target.run_placed(case, entrypoint, t, layer.w13_weight, layer.w2_weight)
     ref = reference_for(case, CaseTensors(t.hidden_states, t.w1, t.w2, t.topk_weights, t.topk_ids, None))
     closeness = compare(obs.output, ref, torch.bfloat16)

@@ -16,8 +16,13 @@ pytestmark = pytest.mark.kernels
 
 
 @settings(max_examples=50, deadline=None)
-@given(e=st.sampled_from([8, 16, 64, 128]), m=st.integers(1, 40), block_m=st.sampled_from([16, 32, 64]),
-       ep=st.sampled_from([1, 2, 4]), data=st.data())
+@given(
+    e=st.sampled_from([8, 16, 64, 128]),
+    m=st.integers(1, 40),
+    block_m=st.sampled_from([16, 32, 64]),
+    ep=st.sampled_from([1, 2, 4]),
+    data=st.data(),
+)
 def test_align_blocks_match_traffic_model(cuda_target, e, m, block_m, ep, data):
     k = data.draw(st.integers(1, min(8, e)))
     seed = data.draw(st.integers(0, 2**31 - 1))

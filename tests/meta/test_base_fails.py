@@ -58,7 +58,9 @@ MUST_PASS = {
 def base_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, ET.Element, str]:
     py = os.environ.get("MOEGATE_META_PYTHON")
     if not py:
-        pytest.skip("set MOEGATE_META_PYTHON to the base (vLLM 0.32.0) environment's python; `nox -s meta-base-fails` does")
+        pytest.skip(
+            "set MOEGATE_META_PYTHON to the base (vLLM 0.32.0) environment's python; `nox -s meta-base-fails` does"
+        )
     out = tmp_path_factory.mktemp("base")
     junit = out / "base.xml"
     env = {
@@ -78,7 +80,9 @@ def base_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, ET.Element,
     )
     (out / "base.log").write_text(proc.stdout + proc.stderr)
     if not junit.exists():
-        pytest.fail(f"the base run wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        pytest.fail(
+            f"the base run wrote no report (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
     return proc.returncode, ET.parse(junit).getroot(), proc.stdout
 
 
@@ -116,7 +120,9 @@ def test_base_fails_host_properties_and_passes_the_rest(base_run):
     props = {k: v for k, v in outcomes.items() if not k.startswith("test_dispatch_table")}
     failed = {k for k, v in props.items() if v == "failed"}
     assert MUST_FAIL <= failed, f"host-resident properties that passed on the base: {sorted(MUST_FAIL - failed)}"
-    assert not failed - MUST_FAIL - MAY_FAIL, f"unexpected failures on the base: {sorted(failed - MUST_FAIL - MAY_FAIL)}"
+    assert not failed - MUST_FAIL - MAY_FAIL, (
+        f"unexpected failures on the base: {sorted(failed - MUST_FAIL - MAY_FAIL)}"
+    )
     passed = {k for k, v in props.items() if v == "passed"}
     assert MUST_PASS <= passed, f"properties that must pass on the base did not: {sorted(MUST_PASS - passed)}"
 
@@ -158,7 +164,9 @@ def test_table_diff_on_base_is_host_rows_only(base_run):
         cols = w.split("\t")
         assert cols[3] != "device", f"a device-resident row changed on the base:\n  golden: {w}\n  base:   {g}"
         assert "host-resident" in cols[-1], w
-    print(f"\nthe base's dispatch table differs from the golden in {len(changed)} host-resident rows, e.g.\n  {changed[0][1]}")
+    print(
+        f"\nthe base's dispatch table differs from the golden in {len(changed)} host-resident rows, e.g.\n  {changed[0][1]}"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

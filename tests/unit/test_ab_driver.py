@@ -93,8 +93,13 @@ class StubBench:
             raise BenchError(f"benchmark exited 1; {log_path}:\nTraceback: boom")
         c, prompts = int(opt["max-concurrency"]), int(opt["num-prompts"])
         failed = 1 if n in self.failed_requests else 0
-        result = {"completed": prompts - failed, "failed": failed, "duration": 2.5,
-                  "output_throughput": self.tok_s(build.label, c, int(opt["seed"])), "errors": ["HTTP 500"] * failed}
+        result = {
+            "completed": prompts - failed,
+            "failed": failed,
+            "duration": 2.5,
+            "output_throughput": self.tok_s(build.label, c, int(opt["seed"])),
+            "errors": ["HTTP 500"] * failed,
+        }
         json_out.write_text(json.dumps(result))
         return result
 
@@ -112,10 +117,16 @@ def _tok(label, c, seed):
 
 
 def _driver(tmp_path, bench, *, starts=3, levels=(1, 2, 4), dataset=None, **plan):
-    return Driver({"base": build("base"), "pr": build("pr")}, tmp_path / "model", tmp_path / "run",
-                  Plan(concurrency=levels, starts=starts, output_len=16, target_seconds=0.5, **plan),
-                  dataset or Dataset("random", input_len=32), server_factory=StubServer, bench=bench,
-                  log=lambda msg: None)
+    return Driver(
+        {"base": build("base"), "pr": build("pr")},
+        tmp_path / "model",
+        tmp_path / "run",
+        Plan(concurrency=levels, starts=starts, output_len=16, target_seconds=0.5, **plan),
+        dataset or Dataset("random", input_len=32),
+        server_factory=StubServer,
+        bench=bench,
+        log=lambda msg: None,
+    )
 
 
 def test_schedule_interleaves_a_b_b_a():
@@ -128,13 +139,19 @@ def test_a_run_warms_up_then_measures_every_level_with_stated_arguments(tmp_path
     run = _driver(tmp_path, bench).run()
     assert StubServer.started == ["base", "pr", "pr", "base", "base", "pr"]
     assert all(s.status == "ok" for s in run.starts)
-    per_start = [bench.calls[i:i + 6] for i in range(0, len(bench.calls), 6)]
+    per_start = [bench.calls[i : i + 6] for i in range(0, len(bench.calls), 6)]
     assert len(per_start) == 6
     seeds: dict[tuple[str, int], set[int]] = {}
     for rec, calls in zip(run.starts, per_start):
         phases = [Path(cl["json"]).name for cl in calls]
-        assert phases == ["warmup-c1.json", "warmup-c2.json", "warmup-c4.json",
-                          "measured-c1.json", "measured-c2.json", "measured-c4.json"]
+        assert phases == [
+            "warmup-c1.json",
+            "warmup-c2.json",
+            "warmup-c4.json",
+            "measured-c1.json",
+            "measured-c2.json",
+            "measured-c4.json",
+        ]
         for cl in calls:
             o = cl["opt"]
             c = int(o["max-concurrency"])
@@ -167,9 +184,16 @@ def test_prompts_are_sized_by_time_from_the_first_warm_up(tmp_path):
     # 0.5 s x 100 c tok/s / (16 tokens x c) = 3.125 -> 4 rounds floor; min_rounds=4 -> 4 rounds
     assert run.prompts == {1: 4, 8: 32}
     bench2 = StubBench(lambda label, c, seed: 1000.0 * c)
-    d = Driver({"base": build("base"), "pr": build("pr")}, tmp_path / "model", tmp_path / "run2",
-               Plan(concurrency=(1, 8), starts=1, output_len=16, target_seconds=2.0), Dataset("random", input_len=8),
-               server_factory=StubServer, bench=bench2, log=lambda m: None)
+    d = Driver(
+        {"base": build("base"), "pr": build("pr")},
+        tmp_path / "model",
+        tmp_path / "run2",
+        Plan(concurrency=(1, 8), starts=1, output_len=16, target_seconds=2.0),
+        Dataset("random", input_len=8),
+        server_factory=StubServer,
+        bench=bench2,
+        log=lambda m: None,
+    )
     run2 = d.run()
     assert run2.prompts == {1: 125, 8: 1000}  # 2 s x 1000 c / (16 c) = 125 rounds
     assert "sized once" in run2.prompts_note
@@ -215,8 +239,10 @@ def test_failed_requests_fail_the_start(tmp_path):
 
 
 def test_sharegpt_needs_enough_valid_records(tmp_path):
-    ok = [{"id": str(i), "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}
-          for i in range(20)]
+    ok = [
+        {"id": str(i), "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}
+        for i in range(20)
+    ]
     path = tmp_path / "sg.json"
     path.write_text(json.dumps(ok + [{"id": "x", "conversations": [{"from": "human", "value": "q"}]}]))
     d = _driver(tmp_path, StubBench(_tok), levels=(1, 8), dataset=Dataset("sharegpt", path=str(path)))
@@ -277,9 +303,19 @@ def test_moe_shape_from_text_and_config(tmp_path):
     assert MoEShape.parse("experts=128,top_k=8,hidden=2048,intermediate=768,layers=48") == QWEN30B
     with pytest.raises(ValueError, match="missing"):
         MoEShape.parse("experts=128")
-    (tmp_path / "config.json").write_text(json.dumps({
-        "num_experts": 128, "num_experts_per_tok": 8, "hidden_size": 2048, "moe_intermediate_size": 768,
-        "num_hidden_layers": 48, "torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8"}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "num_experts": 128,
+                "num_experts_per_tok": 8,
+                "hidden_size": 2048,
+                "moe_intermediate_size": 768,
+                "num_hidden_layers": 48,
+                "torch_dtype": "bfloat16",
+                "quantization_config": {"quant_method": "fp8"},
+            }
+        )
+    )
     shape = MoEShape.from_config(tmp_path)
     assert shape.experts == 128 and shape.layers == 48 and shape.bytes_per_element == 1
     assert MoEShape.from_config(tmp_path / "nothing") is None
@@ -296,12 +332,22 @@ def synthetic_run() -> Run:
     starts = []
     for i, (r, role) in enumerate(schedule(3)):
         src = base if role == "base" else pr
-        starts.append(StartRecord(i, r, role, role, "ok", measured={c: v[r] for c, v in src.items()},
-                                  durations={c: 30.0 for c in src}))
+        starts.append(
+            StartRecord(
+                i, r, role, role, "ok", measured={c: v[r] for c, v in src.items()}, durations={c: 30.0 for c in src}
+            )
+        )
     starts.append(StartRecord(6, 3, "pr", "pr", "failed", error="ServerError: boom <x>", log_tail="last line"))
-    return Run({r: {"label": r, "python": "py", "server_args": [], "env": {}} for r in ("base", "pr")},
-               "/models/qwen", ["--enforce-eager"], {"concurrency": [1, 2, 4, 8], "warmup_rounds": 2},
-               "random prompts", {1: 8, 2: 16, 4: 32, 8: 64}, "fixed", starts)
+    return Run(
+        {r: {"label": r, "python": "py", "server_args": [], "env": {}} for r in ("base", "pr")},
+        "/models/qwen",
+        ["--enforce-eager"],
+        {"concurrency": [1, 2, 4, 8], "warmup_rounds": 2},
+        "random prompts",
+        {1: 8, 2: 16, 4: 32, 8: 64},
+        "fixed",
+        starts,
+    )
 
 
 def test_report_markdown_and_plot(tmp_path):
@@ -348,11 +394,17 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
 def test_bench_serve_without_vllm_is_one_line():
     try:
         import vllm  # noqa: F401
+
         pytest.skip("vLLM is importable here: the missing-vLLM path cannot be shown")
     except ImportError:
         pass
-    proc = subprocess.run([sys.executable, "-m", "moegate.vllm.bench_serve", "--json-out", "x.json", "--", "--model",
-                           "m"], capture_output=True, text=True, cwd=ROOT, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "moegate.vllm.bench_serve", "--json-out", "x.json", "--", "--model", "m"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "cannot import vllm.benchmarks.serve" in proc.stderr
@@ -360,17 +412,19 @@ def test_bench_serve_without_vllm_is_one_line():
 
 @pytest.mark.skipif(__import__("shutil").which("nox") is None, reason="nox is not installed in this environment")
 def test_nox_ab_session_refuses_bad_arguments_with_one_line():
-    proc = subprocess.run(["nox", "-s", "ab", "--", "--frobnicate"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        ["nox", "-s", "ab", "--", "--frobnicate"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode != 0 and "unknown argument '--frobnicate' for session ab" in proc.stdout + proc.stderr
-    proc = subprocess.run(["nox", "-s", "ab", "--", "--base=0.32.0"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        ["nox", "-s", "ab", "--", "--base=0.32.0"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode != 0 and "nox -s ab needs --pr=" in proc.stdout + proc.stderr
 
 
 # --- the benchmark runner, through a real subprocess ------------------------------------------
 
-FAKE_SERVE = '''
+FAKE_SERVE = """
 import argparse
 
 FlexibleArgumentParser = argparse.ArgumentParser
@@ -386,7 +440,7 @@ def add_cli_args(parser):
 def main(args):
     return {"completed": args.num_prompts, "failed": 0, "output_throughput": 12.5 * args.max_concurrency,
             "duration": 1.0, "model_id": args.model, "odd": object()}
-'''
+"""
 
 
 def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
@@ -400,16 +454,26 @@ def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
     b = SimpleNamespace(label="x", python=sys.executable, env={"PYTHONPATH": str(tmp_path / "site")}, server_args=())
     from moegate.ab.driver import run_bench_subprocess
 
-    out = run_bench_subprocess(b, ["--model", "m", "--max-concurrency", "4", "--num-prompts", "8", "--ignore-eos"],
-                               tmp_path / "r.json", tmp_path / "r.log", timeout_s=120)
+    out = run_bench_subprocess(
+        b,
+        ["--model", "m", "--max-concurrency", "4", "--num-prompts", "8", "--ignore-eos"],
+        tmp_path / "r.json",
+        tmp_path / "r.log",
+        timeout_s=120,
+    )
     assert out["output_throughput"] == 50.0 and out["completed"] == 8 and out["model_id"] == "m"
     assert out["odd"].startswith("<object")  # non-JSON values are kept as their repr
     assert json.loads((tmp_path / "r.json").read_text()) == out
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps(["--model", "m2", "--max-concurrency", "2"]))
-    proc = subprocess.run([sys.executable, "-m", "moegate.vllm.bench_serve", "--parse-only", "--args-json",
-                           str(args_file)], capture_output=True, text=True, cwd=ROOT, check=False,
-                          env={**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{tmp_path / 'site'}"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "moegate.vllm.bench_serve", "--parse-only", "--args-json", str(args_file)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        env={**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{tmp_path / 'site'}"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["model"] == "m2"
 
@@ -417,6 +481,7 @@ def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
 def test_bench_runner_failure_carries_the_log_tail(tmp_path):
     try:
         import vllm  # noqa: F401
+
         pytest.skip("vLLM is importable here: the missing-vLLM path cannot be shown")
     except ImportError:
         pass
@@ -441,10 +506,17 @@ def test_a_resumed_run_continues_the_same_schedule_and_keeps_the_first_sizing(tm
     assert [s.role for s in run.starts] == ["base", "pr", "pr", "base", "base", "pr"]
     assert [s.index for s in run.starts] == list(range(6)) and run.prompts == sized
     assert StubServer.started == ["base", "pr", "pr", "base", "base", "pr"]
-    other = Driver({"base": build("base"), "pr": build("pr")}, tmp_path / "model", tmp_path / "run",
-                   Plan(concurrency=(1, 2), starts=3, output_len=16, target_seconds=0.5),
-                   Dataset("random", input_len=32), server_factory=StubServer, bench=bench, log=lambda m: None,
-                   resume=True)
+    other = Driver(
+        {"base": build("base"), "pr": build("pr")},
+        tmp_path / "model",
+        tmp_path / "run",
+        Plan(concurrency=(1, 2), starts=3, output_len=16, target_seconds=0.5),
+        Dataset("random", input_len=32),
+        server_factory=StubServer,
+        bench=bench,
+        log=lambda m: None,
+        resume=True,
+    )
     with pytest.raises(DriverError, match="another plan"):
         other.run()
 
@@ -456,9 +528,12 @@ def test_the_bench_worker_imports_once_runs_many_and_survives_a_failed_run(tmp_p
     pkg.mkdir(parents=True)
     (tmp_path / "site" / "vllm" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "serve.py").write_text(FAKE_SERVE.replace(
-        "def main(args):\n", "def main(args):\n    print('noise on stdout')\n    assert args.model != 'boom', 'planted'\n"
-    ))
+    (pkg / "serve.py").write_text(
+        FAKE_SERVE.replace(
+            "def main(args):\n",
+            "def main(args):\n    print('noise on stdout')\n    assert args.model != 'boom', 'planted'\n",
+        )
+    )
     from moegate.ab.driver import BenchError, BenchWorkers
 
     b = SimpleNamespace(label="x", python=sys.executable, env={"PYTHONPATH": str(tmp_path / "site")}, server_args=())

@@ -236,8 +236,10 @@ def test_scaling_all_samples_leaves_the_verdict_unchanged(data, power):
             assert b.verdict == a.verdict
 
 
-@given(st.dictionaries(st.sampled_from([1, 2, 3, 4, 8, 16]), st.lists(sample, min_size=2, max_size=6), min_size=1),
-       st.randoms(use_true_random=False))
+@given(
+    st.dictionaries(st.sampled_from([1, 2, 3, 4, 8, 16]), st.lists(sample, min_size=2, max_size=6), min_size=1),
+    st.randoms(use_true_random=False),
+)
 def test_identical_distributions_never_claim_a_difference(data, rnd):
     """PR's samples are base's, in another order: never improved/regressed, the gate passes."""
     pr = {}
@@ -275,5 +277,6 @@ def test_verdicts_agree_with_the_reported_interval(data):
             assert lv.ci is None and lv.reason
         if lv.ci is not None:
             assert lv.ci[0] <= lv.ratio * (1 + 1e-12) and lv.ratio <= lv.ci[1] * (1 + 1e-12)
-    assert v.gate_passed == (not any(
-        lv.verdict == NO_VERDICT or (lv.verdict == REGRESSED and lv.ratio <= 0.97) for lv in v.levels))
+    assert v.gate_passed == (
+        not any(lv.verdict == NO_VERDICT or (lv.verdict == REGRESSED and lv.ratio <= 0.97) for lv in v.levels)
+    )

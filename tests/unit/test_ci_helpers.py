@@ -50,7 +50,10 @@ def test_junit_min_fails_with_one_line_when_everything_skipped(tmp_path, capsys)
     path = _junit(tmp_path, [("tests.kernels.a", "skipped")] * 47 + [("tests.dispatch.b", None)] * 22)
     assert junit_min.main([str(path), "--min", "40", "--prefix", "tests.kernels"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == "junit-min: only 0 tests under tests.kernels executed (47 collected, 47 skipped, 0 errors, 0 failed); at least 40 required"
+    assert (
+        err
+        == "junit-min: only 0 tests under tests.kernels executed (47 collected, 47 skipped, 0 errors, 0 failed); at least 40 required"
+    )
 
 
 def test_junit_min_missing_report_is_its_own_exit(tmp_path, capsys):
@@ -63,8 +66,22 @@ def test_junit_min_missing_report_is_its_own_exit(tmp_path, capsys):
 
 def test_unknown_tier_is_one_line_before_anything_else():
     proc = subprocess.run(
-        [sys.executable, "-m", "moegate.gate_plan", "plan", "--tiers", "dispatch,kernals", "--base", "0.32.0", "--pr", "0.33.0"],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "moegate.gate_plan",
+            "plan",
+            "--tiers",
+            "dispatch,kernals",
+            "--base",
+            "0.32.0",
+            "--pr",
+            "0.33.0",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.strip() == (
@@ -77,7 +94,11 @@ def test_unknown_tier_is_one_line_before_anything_else():
     [
         ("0.33.0", "version", "--vllm=0.33.0"),
         ("0.10.1.1", "version", "--vllm=0.10.1.1"),
-        ("dist/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl", "wheel", "--vllm=dist/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl"),
+        (
+            "dist/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl",
+            "wheel",
+            "--vllm=dist/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl",
+        ),
         ("https://example.org/vllm-0.33.0-cp38-abi3-linux_x86_64.whl", "wheel-url", None),
         ("/opt/envs/vllm/bin/python", "python", "--vllm-python=/opt/envs/vllm/bin/python"),
         ("/opt/envs/vllm/bin/python3.11", "python", None),
@@ -103,7 +124,10 @@ def _fake_pypi(url, method="GET"):
 
 def test_remote_checks_name_what_does_not_exist():
     gate_plan.check_remote("pr", "0.33.0", fetch=_fake_pypi)
-    with pytest.raises(gate_plan.PlanError, match=r"pr='0.99.0': vLLM 0.99.0 is not a release on PyPI \(newest: 0.9.2, 0.32.0, 0.33.0\)"):
+    with pytest.raises(
+        gate_plan.PlanError,
+        match=r"pr='0.99.0': vLLM 0.99.0 is not a release on PyPI \(newest: 0.9.2, 0.32.0, 0.33.0\)",
+    ):
         gate_plan.check_remote("pr", "0.99.0", fetch=_fake_pypi)
     with pytest.raises(gate_plan.PlanError, match="the wheel URL answered HTTP 404"):
         gate_plan.check_remote("base", "https://example.org/missing/vllm.whl", fetch=_fake_pypi)
@@ -129,7 +153,10 @@ def test_plan_fans_gpu_tiers_out_per_model_and_pair():
     out = gate_plan.plan("dispatch,kernels,e2e,bench", "0.32.0", "0.33.0", "tiny, qwen3-30b-a3b")
     legs = json.loads(out["gpu-matrix"])["include"]
     assert [leg["leg"] for leg in legs] == [
-        "kernels-pr", "e2e-tiny-base-vs-pr", "e2e-qwen3-30b-a3b-base-vs-pr", "bench-base-vs-pr",
+        "kernels-pr",
+        "e2e-tiny-base-vs-pr",
+        "e2e-qwen3-30b-a3b-base-vs-pr",
+        "bench-base-vs-pr",
     ]
     assert out["run-dispatch"] == "true" and out["run-meta"] == "false" and out["run-gpu"] == "true"
     assert gate_plan.plan("dispatch", "0.32.0", "0.33.0")["gpu-matrix"] == '{"include":[]}'

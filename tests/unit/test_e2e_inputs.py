@@ -31,7 +31,7 @@ def test_a_missing_gsm8k_file_names_where_it_looked(tmp_path):
 def _records(*texts: str) -> io.BytesIO:
     recs = [{"id": f"r{i}", "conversations": [{"from": "human", "value": t}]} for i, t in enumerate(texts)]
     raw = json.dumps(recs).encode()
-    return io.BytesIO(raw[: raw.rindex(b"}, {") + 1] + b", {\"id\": \"cut")  # truncated like the package's file
+    return io.BytesIO(raw[: raw.rindex(b"}, {") + 1] + b', {"id": "cut')  # truncated like the package's file
 
 
 def test_complete_records_stop_at_the_cut_and_the_rule_skips_long_or_empty_turns():

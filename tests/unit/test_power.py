@@ -67,7 +67,7 @@ FUSED = textwrap.dedent(
 )
 
 TRITON = textwrap.dedent(
-    '''\
+    """\
     from vllm.model_executor.layers.fused_moe.fused_moe import _prepare_expert_assignment, _weights_host_resident
 
 
@@ -84,7 +84,7 @@ TRITON = textwrap.dedent(
         def apply(self, w1, w2, topk_ids, global_num_experts, expert_map):
             num_align_experts = 0
             return num_align_experts
-    '''
+    """
 )
 
 
@@ -108,7 +108,9 @@ def _fake_vllm(root: Path, fused: str = FUSED, triton: str = TRITON) -> Path:
     (pkg / "__init__.py").write_text("__version__ = 'synthetic'\n")
     (pkg / "model_executor" / "other.py").write_text("X = 1\n")
     (pkg / "model_executor" / "layers" / "fused_moe" / "__pycache__").mkdir()
-    (pkg / "model_executor" / "layers" / "fused_moe" / "__pycache__" / "fused_moe.cpython-311.pyc").write_bytes(b"stale")
+    (pkg / "model_executor" / "layers" / "fused_moe" / "__pycache__" / "fused_moe.cpython-311.pyc").write_bytes(
+        b"stale"
+    )
     return pkg
 
 
@@ -142,7 +144,10 @@ def test_regions_cover_exactly_the_named_functions_and_lines() -> None:
 
 
 def test_keyword_expert_count_is_found_too() -> None:
-    fused = FUSED.replace("        global_num_experts,\n        None,\n", "        global_num_experts=global_num_experts,\n        expert_map=None,\n")
+    fused = FUSED.replace(
+        "        global_num_experts,\n        None,\n",
+        "        global_num_experts=global_num_experts,\n        expert_map=None,\n",
+    )
     assert fused != FUSED
     regions = power.find_regions(_sources(fused=fused))
     line = _lines_of(fused, "global_num_experts=global_num_experts,")
@@ -169,7 +174,10 @@ def test_missing_argument_and_method_are_named() -> None:
     with pytest.raises(power.TargetNotFound, match=r"function TritonExperts\.apply in .*triton_moe\.py"):
         power.find_regions(_sources(triton=triton))
     triton = TRITON.replace("weights_host_resident=_weights_host_resident(w1, w2),", "")
-    with pytest.raises(power.TargetNotFound, match="argument weights_host_resident in the call to _prepare_expert_assignment in TritonExperts.apply"):
+    with pytest.raises(
+        power.TargetNotFound,
+        match="argument weights_host_resident in the call to _prepare_expert_assignment in TritonExperts.apply",
+    ):
         power.find_regions(_sources(triton=triton))
 
 
@@ -197,7 +205,9 @@ def test_mutant_ids_do_not_move_with_code_above_the_function() -> None:
     shifted = power.find_regions(_sources(fused="# a new comment\n\n\n" + FUSED))
     for a, b in zip(before, shifted, strict=True):
         assert b.first == a.first + (3 if a.spec.file == power.FUSED_MOE else 0)
-        assert power.mutant_id(a, "core/NumberReplacer", a.first, 4) == power.mutant_id(b, "core/NumberReplacer", b.first, 4)
+        assert power.mutant_id(a, "core/NumberReplacer", a.first, 4) == power.mutant_id(
+            b, "core/NumberReplacer", b.first, 4
+        )
     assert power.mutant_id(before[1], "core/ReplaceComparisonOperator_LtE_Lt", before[1].first, 9).startswith(
         "fused_moe:_prepare_expert_assignment:ReplaceComparisonOperator_LtE_Lt@+"
     )
@@ -247,7 +257,11 @@ def test_report_shows_score_and_survivor_diff() -> None:
 
 
 def _digest(pkg: Path) -> dict[str, str]:
-    return {str(p.relative_to(pkg)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(pkg.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(pkg)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(pkg.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_overlay_copies_the_mutated_files_and_links_the_rest(tmp_path: Path) -> None:
@@ -304,9 +318,25 @@ def _start_run(tmp_path: Path, pkg: Path) -> subprocess.Popen[bytes]:
         "    time.sleep(60)\n"
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "moegate.power", "--vllm-python", sys.executable, "--package-dir", str(pkg),
-         "--out", str(tmp_path / "out"), "--test-command", f"{sys.executable} {probe} {original}", "--timeout", "120"],
-        env=env, cwd=power.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "moegate.power",
+            "--vllm-python",
+            sys.executable,
+            "--package-dir",
+            str(pkg),
+            "--out",
+            str(tmp_path / "out"),
+            "--test-command",
+            f"{sys.executable} {probe} {original}",
+            "--timeout",
+            "120",
+        ],
+        env=env,
+        cwd=power.ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -365,14 +395,31 @@ def test_a_full_run_on_a_synthetic_package_scores_and_restores(tmp_path: Path) -
         "from vllm.model_executor.layers.fused_moe.fused_moe import _prepare_expert_assignment as p\n"
         "ok = p(None, {}, 2, 8, 64, None) == 'naive' and p(None, {}, 2, 8, 63, None) == 'sorted'\n"
         "ok = ok and p(None, {}, 1, 1, 64, None, weights_host_resident=True) == 'sorted'\n"
-        "print('MOEGATE-POWER ' + ('{\"first_failure_s\": null}' if ok else '{\"first_failure_s\": 0.0, \"failing_test\": \"probe\"}'))\n"
+        'print(\'MOEGATE-POWER \' + (\'{"first_failure_s": null}\' if ok else \'{"first_failure_s": 0.0, "failing_test": "probe"}\'))\n'
         "sys.exit(0 if ok else 1)\n"
     )
     env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(power.ROOT)}
     out = subprocess.run(
-        [sys.executable, "-m", "moegate.power", "--vllm-python", sys.executable, "--package-dir", str(pkg),
-         "--out", str(tmp_path / "out"), "--test-command", f"{sys.executable} {probe}", "--timeout", "30"],
-        env=env, cwd=power.ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "moegate.power",
+            "--vllm-python",
+            sys.executable,
+            "--package-dir",
+            str(pkg),
+            "--out",
+            str(tmp_path / "out"),
+            "--test-command",
+            f"{sys.executable} {probe}",
+            "--timeout",
+            "30",
+        ],
+        env=env,
+        cwd=power.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     report = json.loads((tmp_path / "out" / "power.json").read_text())
     statuses = {m["id"]: m["status"] for m in report["mutants"]}
@@ -380,6 +427,8 @@ def test_a_full_run_on_a_synthetic_package_scores_and_restores(tmp_path: Path) -
     line = next(ln for ln in FUSED.splitlines() if "naive = expert_map" in ln)
     lte = f"fused_moe:_prepare_expert_assignment:ReplaceComparisonOperator_LtE_Lt@+2:{line.index('<=')}"
     assert statuses[lte] == "killed"
-    assert "survived" in statuses.values() and out.returncode == 1  # the probe is weak on purpose: survivors fail the run
+    assert (
+        "survived" in statuses.values() and out.returncode == 1
+    )  # the probe is weak on purpose: survivors fail the run
     assert report["installed_unchanged"] is True and _digest(pkg) == before
     assert "## Survivors" in (tmp_path / "out" / "power.md").read_text()

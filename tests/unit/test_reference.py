@@ -82,8 +82,9 @@ def test_expert_map_remote_experts_contribute_zero(p, data):
         em = ExpertMap(size, rank)
         start, end = em.local_range(e)
         emap = torch.tensor(em.as_list(e), dtype=torch.int32)
-        part = reference_moe(x, w1[start:end], w2[start:end], w, ids, expert_map=emap,
-                             apply_router_weight_on_input=on_input).output
+        part = reference_moe(
+            x, w1[start:end], w2[start:end], w, ids, expert_map=emap, apply_router_weight_on_input=on_input
+        ).output
         mask = torch.zeros(e)
         mask[start:end] = 1
         close(part, dense_moe(x, w1 * mask[:, None, None], w2 * mask[:, None, None], w, ids, on_input=on_input))

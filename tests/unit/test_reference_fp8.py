@@ -89,8 +89,11 @@ def dense_fp8(x, w1, w2, topk_weights, topk_ids, quant, cdtype):
     return torch.einsum("mkh,mk->mh", y, topk_weights)
 
 
-@given(seed=st.integers(0, 2**31 - 1), quant=st.sampled_from([PER_TENSOR, BLOCK]),
-       cdtype=st.sampled_from([torch.bfloat16, torch.float16]))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    quant=st.sampled_from([PER_TENSOR, BLOCK]),
+    cdtype=st.sampled_from([torch.bfloat16, torch.float16]),
+)
 def test_fp8_reference_equals_a_dense_formulation(seed, quant, cdtype):
     g = torch.Generator().manual_seed(seed)
     e, m, k, hid, inter = 6, 5, 2, 8, 4
@@ -198,9 +201,18 @@ def test_staged_fp8_check_names_the_stage_a_fault_is_in(quant, fault):
     from moegate.reference import compare_fp8
 
     x, w1, s1, w2, s2, w, ids = fp8_problem(7, quant)
-    out, quantized = fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, quant,
-                                     wrong_expert=fault == "wrong_expert",
-                                     drop_output_expert=fault == "drop_output_expert")
+    out, quantized = fake_fp8_kernel(
+        x,
+        w1,
+        s1,
+        w2,
+        s2,
+        w,
+        ids,
+        quant,
+        wrong_expert=fault == "wrong_expert",
+        drop_output_expert=fault == "drop_output_expert",
+    )
     if fault == "input_scale":  # the kernel read its fp8 input under twice the scale it stored
         (xq, xs), mid = quantized
         quantized = [(xq, xs * 2), mid]

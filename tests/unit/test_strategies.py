@@ -25,7 +25,11 @@ def test_exact_boundary_is_drawn():
 
 
 def test_one_past_boundary_is_drawn():
-    find(moe_cases(), lambda c: c.pairs * SPARSITY_FACTOR == c.num_experts + c.top_k * SPARSITY_FACTOR and c.num_experts >= 64, settings=FIND)
+    find(
+        moe_cases(),
+        lambda c: c.pairs * SPARSITY_FACTOR == c.num_experts + c.top_k * SPARSITY_FACTOR and c.num_experts >= 64,
+        settings=FIND,
+    )
 
 
 @pytest.mark.parametrize("experts", [128, 256])

@@ -74,10 +74,14 @@ def gpu_jobs_keep_labels_and_floor(wfs: Workflows) -> list[str]:
         problems.append(f"{REUSABLE}: no GPU job")
     for job_name, job in gpu.items():
         if not GPU_LABELS <= _labels(job):
-            problems.append(f"{REUSABLE}: GPU job {job_name!r} runs on {sorted(_labels(job))}, not on the {sorted(GPU_LABELS)} pool")
+            problems.append(
+                f"{REUSABLE}: GPU job {job_name!r} runs on {sorted(_labels(job))}, not on the {sorted(GPU_LABELS)} pool"
+            )
         runs = " ".join(str(s.get("run", "")) for s in job.get("steps", []))
         if not re.search(r"moegate\.junit_min \S+ --min \S+ --prefix tests\.kernels", runs):
-            problems.append(f"{REUSABLE}: GPU job {job_name!r} lost its executed-kernel-test minimum (moegate.junit_min)")
+            problems.append(
+                f"{REUSABLE}: GPU job {job_name!r} lost its executed-kernel-test minimum (moegate.junit_min)"
+            )
     default = _triggers(wfs[REUSABLE]["data"])["workflow_call"]["inputs"]["min-kernel-tests"].get("default", 0)
     given = wfs[GATE]["data"]["jobs"]["moegate"].get("with", {}).get("min-kernel-tests", default)
     if not (isinstance(default, int) and default > 0 and isinstance(given, int) and given > 0):
@@ -124,14 +128,21 @@ def hardened_jobs(wfs: Workflows) -> list[str]:
             for step in job.get("steps", []):
                 if "${{" in str(step.get("run", "")):
                     problems.append(f"{name}: job {job_name!r} splices an expression into a script (use env:)")
-                if str(step.get("uses", "")).startswith("actions/checkout@") and (step.get("with") or {}).get(
-                    "persist-credentials"
-                ) is not False:
+                if (
+                    str(step.get("uses", "")).startswith("actions/checkout@")
+                    and (step.get("with") or {}).get("persist-credentials") is not False
+                ):
                     problems.append(f"{name}: job {job_name!r} checks out without persist-credentials: false")
     return problems
 
 
-RULES = [final_job_needs_everything, gpu_jobs_keep_labels_and_floor, no_privileged_trigger, actions_pinned_by_sha, hardened_jobs]
+RULES = [
+    final_job_needs_everything,
+    gpu_jobs_keep_labels_and_floor,
+    no_privileged_trigger,
+    actions_pinned_by_sha,
+    hardened_jobs,
+]
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
@@ -179,7 +190,9 @@ def _workflow_run(wfs: Workflows) -> None:
 
 
 def _tag_pin(wfs: Workflows) -> None:
-    wfs[REUSABLE]["text"] = re.sub(r"actions/upload-artifact@[0-9a-f]{40}", "actions/upload-artifact@v6", wfs[REUSABLE]["text"], count=1)
+    wfs[REUSABLE]["text"] = re.sub(
+        r"actions/upload-artifact@[0-9a-f]{40}", "actions/upload-artifact@v6", wfs[REUSABLE]["text"], count=1
+    )
 
 
 def _no_tag_comment(wfs: Workflows) -> None:
