@@ -6,6 +6,9 @@ benchmark reports is the cost of exactly what the tests assert.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,10 +50,50 @@ def reference_for(case: MoECase, t: CaseTensors) -> Reference:
     )
 
 
-def run_checked(target: Any, bank: WeightBank, case: MoECase, entrypoint: str) -> KernelResult:
+class StageClock:
+    """Seconds per stage of ``run_checked``, summed over calls: the kernel-tier benchmark's profile.
+
+    Each stage ends with a device synchronisation, so a stage's time includes the
+    kernels it launched (and nothing of the next stage's). Only the benchmark passes
+    a clock; the tests run without the extra synchronisations.
+    """
+
+    def __init__(self, sync: Any) -> None:
+        self.sync = sync
+        self.seconds: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.sync()
+            took = time.perf_counter() - start
+            self.last[name] = took
+            self.seconds[name] = self.seconds.get(name, 0.0) + took
+
+
+@contextmanager
+def _untimed(name: str) -> Iterator[None]:
+    yield
+
+
+def run_checked(
+    target: Any, bank: WeightBank, case: MoECase, entrypoint: str, clock: StageClock | None = None
+) -> KernelResult:
     """Run ``case`` with the bank's cached weights; the result says the path and the closeness."""
-    t, w1, w2 = bank.inputs(case)
-    obs = target.run_placed(case, entrypoint, t, w1, w2)
+    stage = clock.stage if clock is not None else _untimed
+    with stage("inputs"):
+        t, w1, w2 = bank.inputs(case)
+    with stage("vllm"):
+        obs = target.run_placed(case, entrypoint, t, w1, w2)
+    with stage("reference"):
+        return _judged(case, entrypoint, t, obs)
+
+
+def _judged(case: MoECase, entrypoint: str, t: CaseTensors, obs: Any) -> KernelResult:
     if obs.output is None:
         raise AssertionError(f"{entrypoint} did not complete for {case.short()} (path {obs.path})")
     if case.quant is not None and not case.quant.weight_only:
