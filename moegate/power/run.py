@@ -14,6 +14,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -72,7 +73,7 @@ def run(
     equivalents_file: Path = EQUIVALENTS_FILE,
     command: str = "",
     budget_s: float = 30.0,
-    log: Callable[[str], object] = print,
+    log: Callable[[str], object] = lambda msg: print(msg, file=sys.stderr, flush=True),
 ) -> Outcome:
     """Mutate, test, collect. The installed files are only ever read."""
     t_start = time.perf_counter()
@@ -125,7 +126,8 @@ def run(
                 loaded = info.get(key)
                 if loaded is not None and not str(loaded).startswith(str(work)):
                     raise PowerError(f"the test run loaded {loaded}, not the overlay copy; refusing to mutate")
-            bar.result = f"passed, vLLM import {info.get('import_s')} s"
+            import_s = info.get("import_s")
+            bar.result = "passed" + (f", vLLM import {import_s} s" if import_s is not None else "")
         baseline = {"wall_s": round(base_wall, 2), **{k: info.get(k) for k in ("import_s", "total_s")}}
 
         timeout = timeout_s or max(60.0, 4 * base_wall)
