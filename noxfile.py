@@ -238,7 +238,7 @@ def bench(session: nox.Session) -> None:
 
 # --- power (issue 4): mutation testing of vLLM's dispatch code --------------------------
 # cosmic-ray plants bugs in a throw-away overlay of the installed vLLM's dispatch code and
-# the dispatch tier runs against each mutant; moegate/power.py is the harness. The tool
+# the dispatch tier runs against each mutant; moegate/power/ is the harness. The tool
 # lives in its own small environment: it drives the vLLM environment's Python as a test
 # command and never installs into (or writes) the shared vLLM environment.
 

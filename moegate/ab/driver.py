@@ -57,6 +57,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from moegate import progress
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONCURRENCY = (1, 2, 3, 4, 8, 16)
 ROLES = ("base", "pr")
@@ -525,28 +527,37 @@ class Driver:
             t0 = time.monotonic()
             self.log(f"[ab] start {index + 1}/{2 * self.plan.starts}: {role} ({build.label}), round {round_}")
             server = None
+            levels = 2 * len(self.plan.concurrency)  # a warm-up and a measured run per concurrency
+            what = f"start {index + 1}/{2 * self.plan.starts}, {role} ({build.label})"
             try:
-                with factory(
-                    build,
-                    self.model,
-                    self.server_args,
-                    log_path=folder / "server.log",
-                    startup_timeout_s=self.startup_timeout_s,
-                    served_name=self.served_name,
-                ) as server:
+                with (
+                    progress.stage(what, levels, prefix="ab", unit="levels") as bar,
+                    factory(
+                        build,
+                        self.model,
+                        self.server_args,
+                        log_path=folder / "server.log",
+                        startup_timeout_s=self.startup_timeout_s,
+                        served_name=self.served_name,
+                    ) as server,
+                ):
                     for j, c in enumerate(self.plan.concurrency):
                         warm_seed, _ = self.plan.seeds(round_, j)
+                        bar.note(f"warm-up, c={c}")
                         rec.warmup[c], _ = self._one(
                             build, server, folder, "warmup", c, c * self.plan.warmup_rounds, warm_seed
                         )
+                        bar.advance()
                     if self.prompts is None:
                         self.prompts, self.prompts_note = self._sized(rec.warmup)
                         self.log(f"[ab] prompts per level: {self.prompts}")
                     for j, c in enumerate(self.plan.concurrency):
                         _, seed = self.plan.seeds(round_, j)
+                        bar.note(f"measured, c={c}, {self.prompts[c]} prompts")
                         rec.measured[c], rec.durations[c] = self._one(
                             build, server, folder, "measured", c, self.prompts[c], seed
                         )
+                        bar.advance()
                         self.log(f"[ab]   c={c}: {rec.measured[c]:.2f} output tok/s")
                 rec.status = "ok"
             except Exception as exc:  # noqa: BLE001 - any failure fails this start only, with its reason kept

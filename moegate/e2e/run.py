@@ -10,6 +10,7 @@ H200). Then: each gate compares base with PR and each build with its golden.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moegate import progress
 from moegate.e2e import goldens, greedy
 from moegate.e2e.build import Build
 from moegate.e2e.prompts import Prompt
@@ -87,13 +89,18 @@ def flag_value(flags: Sequence[str], name: str, default: str) -> str:
 
 def measure(srv: Server, run: BuildRun, prompts: Sequence[Prompt], opts: Options, out: Path) -> None:
     """Every asked-for gate against one running server of ``run.build``."""
+    label = run.build.label
     if "greedy" in opts.gates:
         t = time.monotonic()
-        for c in opts.in_flight:
-            kw: dict[str, Any] = {"max_tokens": opts.max_tokens, "check_alive": lambda: srv.check_alive(grace_s=5)}
-            run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
-            if c > 1:  # the same build twice at c in flight: the precondition for comparing two builds there
-                run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
+        passes = sum(2 if c > 1 else 1 for c in opts.in_flight)
+        with progress.stage(f"{label}: greedy", passes, prefix="e2e", unit="passes") as bar:
+            for c in opts.in_flight:
+                kw: dict[str, Any] = {"max_tokens": opts.max_tokens, "check_alive": lambda: srv.check_alive(grace_s=5)}
+                run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
+                bar.advance()
+                if c > 1:  # the same build twice at c in flight: the precondition for comparing two builds there
+                    run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
+                    bar.advance()
         run.seconds["greedy"] = time.monotonic() - t
     if "gsm8k" in opts.gates:
         from moegate.e2e import gsm8k
@@ -103,9 +110,12 @@ def measure(srv: Server, run: BuildRun, prompts: Sequence[Prompt], opts: Options
             "python": opts.eval_python or "", "limit": opts.gsm8k_limit, "task": opts.gsm8k_task, "data": opts.gsm8k_dir,
             "num_concurrent": opts.gsm8k_in_flight,
         }  # fmt: skip
-        run.gsm8k = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}", **kw)
-        if opts.gsm8k_repeat:
-            run.gsm8k_repeat = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}-repeat", **kw)
+        with progress.stage(f"{label}: GSM8K", 2 if opts.gsm8k_repeat else 1, prefix="e2e", unit="runs") as bar:
+            run.gsm8k = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}", **kw)
+            bar.advance()
+            if opts.gsm8k_repeat:
+                run.gsm8k_repeat = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}-repeat", **kw)
+                bar.advance()
         run.seconds["gsm8k"] = time.monotonic() - t
 
 
@@ -124,9 +134,12 @@ def serve_and_measure(build: Build, prompts: Sequence[Prompt], opts: Options, ou
     run = BuildRun(build, info=build.describe())
     t0 = time.monotonic()
     log = out / f"server-{build.label}.log"
-    with Server(
+    server = Server(
         build, opts.model, opts.server_args, log_path=log, startup_timeout_s=opts.startup_timeout_s, **server_kw
-    ) as srv:
+    )
+    with contextlib.ExitStack() as stack:
+        with progress.stage(f"{build.label}: server start", prefix="e2e"):
+            srv = stack.enter_context(server)
         run.start_s = srv.started_s
         measure(srv, run, prompts, opts, out)
     run.seconds["total"] = time.monotonic() - t0

@@ -8,7 +8,8 @@
   writes cannot reach the installed package;
 - the installed files are byte-identical after a run that is SIGKILLed or
   SIGINTed while a mutant is applied (needs cosmic-ray: skipped without it, with
-  the reason; `nox -s power` runs these first, in the tool's environment).
+  the reason; `nox -s power` runs these first, in the tool's environment);
+- a run not on a terminal writes one progress line per stage, with the report's counts.
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from pathlib import Path
 
 import pytest
 
-from moegate import power
+from moegate.power import summary_line
+from moegate.power.cli import main
+from moegate.power.driver import require_tool
+from moegate.power.errors import PowerError, TargetNotFound, ToolMissing
+from moegate.power.outcome import Mutant, Outcome, load_equivalents, mutant_id
+from moegate.power.overlay import WORKDIR_PREFIX, build_overlay, clean_stale_workdirs
+from moegate.power.processes import descendants
+from moegate.power.regions import FUSED_MOE, TRITON_MOE, find_regions
+from moegate.power.report import render_markdown
+from moegate.power.run import EQUIVALENTS_FILE, ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -96,13 +106,13 @@ def _lines_of(text: str, needle: str) -> int:
 
 
 def _sources(fused: str = FUSED, triton: str = TRITON) -> dict[str, str]:
-    return {power.FUSED_MOE: fused, power.TRITON_MOE: triton}
+    return {FUSED_MOE: fused, TRITON_MOE: triton}
 
 
 def _fake_vllm(root: Path, fused: str = FUSED, triton: str = TRITON) -> Path:
     """A site-packages-like dir with a `vllm` package holding the two target files and a bystander."""
     pkg = root / "vllm"
-    for rel, text in {power.FUSED_MOE: fused, power.TRITON_MOE: triton}.items():
+    for rel, text in {FUSED_MOE: fused, TRITON_MOE: triton}.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
     (pkg / "__init__.py").write_text("__version__ = 'synthetic'\n")
@@ -118,7 +128,7 @@ def _fake_vllm(root: Path, fused: str = FUSED, triton: str = TRITON) -> Path:
 
 
 def test_regions_cover_exactly_the_named_functions_and_lines() -> None:
-    regions = power.find_regions(_sources())
+    regions = find_regions(_sources())
     got = {(r.spec.scope, r.spec.kind, r.first, r.last) for r in regions}
     body_whr = _lines_of(FUSED, "return any(")
     decide = _lines_of(FUSED, "naive = expert_map")
@@ -149,7 +159,7 @@ def test_keyword_expert_count_is_found_too() -> None:
         "        global_num_experts=global_num_experts,\n        expert_map=None,\n",
     )
     assert fused != FUSED
-    regions = power.find_regions(_sources(fused=fused))
+    regions = find_regions(_sources(fused=fused))
     line = _lines_of(fused, "global_num_experts=global_num_experts,")
     assert any(r.spec.scope == "fused_experts_impl" and r.first == line for r in regions)
 
@@ -158,8 +168,8 @@ def test_missing_functions_give_one_error_naming_each() -> None:
     fused = FUSED.replace("def _weights_host_resident", "def _renamed_residency").replace(
         "def _prepare_expert_assignment", "def _renamed_assignment"
     )
-    with pytest.raises(power.TargetNotFound) as exc:
-        power.find_regions(_sources(fused=fused), where="vLLM 9.9.9")
+    with pytest.raises(TargetNotFound) as exc:
+        find_regions(_sources(fused=fused), where="vLLM 9.9.9")
     msg = str(exc.value)
     assert msg.startswith("vLLM 9.9.9 does not contain the dispatch code")
     assert "function _weights_host_resident in model_executor/layers/fused_moe/fused_moe.py" in msg
@@ -171,44 +181,42 @@ def test_missing_argument_and_method_are_named() -> None:
     triton = TRITON.replace("weights_host_resident=_weights_host_resident(w1, w2),", "").replace(
         "class TritonExperts:", "class TritonExpertsRenamed:"
     )
-    with pytest.raises(power.TargetNotFound, match=r"function TritonExperts\.apply in .*triton_moe\.py"):
-        power.find_regions(_sources(triton=triton))
+    with pytest.raises(TargetNotFound, match=r"function TritonExperts\.apply in .*triton_moe\.py"):
+        find_regions(_sources(triton=triton))
     triton = TRITON.replace("weights_host_resident=_weights_host_resident(w1, w2),", "")
     with pytest.raises(
-        power.TargetNotFound,
+        TargetNotFound,
         match="argument weights_host_resident in the call to _prepare_expert_assignment in TritonExperts.apply",
     ):
-        power.find_regions(_sources(triton=triton))
+        find_regions(_sources(triton=triton))
 
 
 def test_missing_file_is_named() -> None:
-    with pytest.raises(power.TargetNotFound, match="file model_executor/layers/fused_moe/experts/triton_moe.py"):
-        power.find_regions({power.FUSED_MOE: FUSED})
+    with pytest.raises(TargetNotFound, match="file model_executor/layers/fused_moe/experts/triton_moe.py"):
+        find_regions({FUSED_MOE: FUSED})
 
 
 def test_missing_tool_is_one_line_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cosmic_ray" else real(name, *a))
-    with pytest.raises(power.ToolMissing) as exc:
-        power.require_tool()
+    with pytest.raises(ToolMissing) as exc:
+        require_tool()
     assert "pip install 'cosmic-ray" in str(exc.value) and "\n" not in str(exc.value)
     previous = signal.getsignal(signal.SIGTERM)  # main() installs its own SIGTERM handler
     try:
-        rc = power.main(["--vllm-python", sys.executable, "--package-dir", "/nonexistent"])
+        rc = main(["--vllm-python", sys.executable, "--package-dir", "/nonexistent"])
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert rc == 2
 
 
 def test_mutant_ids_do_not_move_with_code_above_the_function() -> None:
-    before = power.find_regions(_sources())
-    shifted = power.find_regions(_sources(fused="# a new comment\n\n\n" + FUSED))
+    before = find_regions(_sources())
+    shifted = find_regions(_sources(fused="# a new comment\n\n\n" + FUSED))
     for a, b in zip(before, shifted, strict=True):
-        assert b.first == a.first + (3 if a.spec.file == power.FUSED_MOE else 0)
-        assert power.mutant_id(a, "core/NumberReplacer", a.first, 4) == power.mutant_id(
-            b, "core/NumberReplacer", b.first, 4
-        )
-    assert power.mutant_id(before[1], "core/ReplaceComparisonOperator_LtE_Lt", before[1].first, 9).startswith(
+        assert b.first == a.first + (3 if a.spec.file == FUSED_MOE else 0)
+        assert mutant_id(a, "core/NumberReplacer", a.first, 4) == mutant_id(b, "core/NumberReplacer", b.first, 4)
+    assert mutant_id(before[1], "core/ReplaceComparisonOperator_LtE_Lt", before[1].first, 9).startswith(
         "fused_moe:_prepare_expert_assignment:ReplaceComparisonOperator_LtE_Lt@+"
     )
 
@@ -219,38 +227,38 @@ def test_mutant_ids_do_not_move_with_code_above_the_function() -> None:
 def test_equivalent_entries_need_a_reason(tmp_path: Path) -> None:
     f = tmp_path / "eq.toml"
     f.write_text('[mutant."a:b:C@+1:2"]\nreason = "because"\n')
-    assert power.load_equivalents(f) == {"a:b:C@+1:2": "because"}
+    assert load_equivalents(f) == {"a:b:C@+1:2": "because"}
     f.write_text('[mutant."a:b:C@+1:2"]\nreason = ""\n')
-    with pytest.raises(power.PowerError, match="has no reason"):
-        power.load_equivalents(f)
+    with pytest.raises(PowerError, match="has no reason"):
+        load_equivalents(f)
 
 
 def test_the_committed_equivalents_file_parses() -> None:
-    assert isinstance(power.load_equivalents(), dict)
+    assert isinstance(load_equivalents(EQUIVALENTS_FILE), dict)
 
 
 def test_plugin_line_is_read_back() -> None:
-    out = "....F\n" + power.PLUGIN_MARK + ' {"first_failure_s": 1.5, "failing_test": "t"}\n1 failed\n'
-    assert power.read_plugin_line(out) == {"first_failure_s": 1.5, "failing_test": "t"}
-    assert power.read_plugin_line("no line") is None
-    assert power.read_plugin_line(None) is None
+    out = "....F\n" + summary_line.MARK + ' {"first_failure_s": 1.5, "failing_test": "t"}\n1 failed\n'
+    assert summary_line.read(out) == {"first_failure_s": 1.5, "failing_test": "t"}
+    assert summary_line.read("no line") is None
+    assert summary_line.read(None) is None
 
 
 def test_report_shows_score_and_survivor_diff() -> None:
     ms = [
-        power.Mutant("k", "1", "f", 10, "core/X", "r", status="killed", first_failure_s=2.0, failing_test="t1"),
-        power.Mutant("s", "2", "f", 11, "core/Y", "r", status="survived", diff="-a\n+b"),
-        power.Mutant("e", "3", "f", 12, "core/Z", "r", status="equivalent", reason="same for all inputs"),
+        Mutant("k", "1", "f", 10, "core/X", "r", status="killed", first_failure_s=2.0, failing_test="t1"),
+        Mutant("s", "2", "f", 11, "core/Y", "r", status="survived", diff="-a\n+b"),
+        Mutant("e", "3", "f", 12, "core/Z", "r", status="equivalent", reason="same for all inputs"),
     ]
-    o = power.Outcome("9.9", "/p", "nox -s power", "pytest", [], ms, {"wall_s": 1}, 3.0, {}, True)
+    o = Outcome("9.9", "/p", "nox -s power", "pytest", [], ms, {"wall_s": 1}, 3.0, {}, True)
     assert o.score == 0.5 and not o.passed
-    md = power.render_markdown(o)
+    md = render_markdown(o)
     assert "FAIL: mutation score 50.0 %" in md
     assert "### `s` (survived)" in md and "-a\n+b" in md
     assert "- `e`: same for all inputs" in md
     assert "| `k` | 10 | 2.00 |" in md
     ms[1].status = "equivalent"
-    assert power.Outcome("9.9", "/p", "", "", [], ms, {}, 1.0, {}, True).passed
+    assert Outcome("9.9", "/p", "", "", [], ms, {}, 1.0, {}, True).passed
 
 
 # --- the overlay and the installed files ---------------------------------------------------
@@ -267,7 +275,7 @@ def _digest(pkg: Path) -> dict[str, str]:
 def test_overlay_copies_the_mutated_files_and_links_the_rest(tmp_path: Path) -> None:
     pkg = _fake_vllm(tmp_path / "site")
     before = _digest(pkg)
-    copies = power.build_overlay(pkg, tmp_path / "overlay", [power.FUSED_MOE, power.TRITON_MOE])
+    copies = build_overlay(pkg, tmp_path / "overlay", [FUSED_MOE, TRITON_MOE])
     for rel, copy in copies.items():
         assert not copy.is_symlink()
         assert os.stat(copy).st_ino != os.stat(pkg / rel).st_ino  # writing the copy cannot reach the installed file
@@ -280,8 +288,8 @@ def test_overlay_copies_the_mutated_files_and_links_the_rest(tmp_path: Path) -> 
 
 def test_overlay_shadows_the_installed_package(tmp_path: Path) -> None:
     pkg = _fake_vllm(tmp_path / "site")
-    copies = power.build_overlay(pkg, tmp_path / "overlay", [power.FUSED_MOE, power.TRITON_MOE])
-    copies[power.FUSED_MOE].write_text("WHERE = 'overlay'\n")
+    copies = build_overlay(pkg, tmp_path / "overlay", [FUSED_MOE, TRITON_MOE])
+    copies[FUSED_MOE].write_text("WHERE = 'overlay'\n")
     code = "import vllm.model_executor.layers.fused_moe.fused_moe as m, vllm; print(m.WHERE, vllm.__version__)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "overlay"), str(tmp_path / "site")])}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
@@ -289,12 +297,12 @@ def test_overlay_shadows_the_installed_package(tmp_path: Path) -> None:
 
 
 def test_stale_overlays_of_dead_runs_are_removed(tmp_path: Path) -> None:
-    dead = tmp_path / (power.WORKDIR_PREFIX + "dead")
-    live = tmp_path / (power.WORKDIR_PREFIX + "live")
+    dead = tmp_path / (WORKDIR_PREFIX + "dead")
+    live = tmp_path / (WORKDIR_PREFIX + "live")
     for d, pid in ((dead, 2**22 + 12345), (live, os.getpid())):
         d.mkdir()
         (d / "owner.pid").write_text(str(pid))
-    assert power.clean_stale_workdirs(tmp_path) == [dead]
+    assert clean_stale_workdirs(tmp_path) == [dead]
     assert live.exists() and not dead.exists()
 
 
@@ -306,7 +314,7 @@ needs_tool = pytest.mark.skipif(
 
 def _start_run(tmp_path: Path, pkg: Path) -> subprocess.Popen[bytes]:
     """A power run whose test command passes at once on unmutated code and hangs on a mutant."""
-    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(power.ROOT)}
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT)}
     (tmp_path / "tmp").mkdir(exist_ok=True)
     original = tmp_path / "original.py"
     original.write_text(FUSED)
@@ -334,7 +342,7 @@ def _start_run(tmp_path: Path, pkg: Path) -> subprocess.Popen[bytes]:
             "120",
         ],
         env=env,
-        cwd=power.ROOT,
+        cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -344,7 +352,7 @@ def _wait_for_applied_mutant(tmp_path: Path, original: str, proc: subprocess.Pop
     """Poll until an overlay copy differs from the original: a mutant is on disk right now."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        for copy in (tmp_path / "tmp").glob(power.WORKDIR_PREFIX + "*/overlay/vllm/" + power.FUSED_MOE):
+        for copy in (tmp_path / "tmp").glob(WORKDIR_PREFIX + "*/overlay/vllm/" + FUSED_MOE):
             try:
                 if copy.read_text() != original:
                     return copy
@@ -365,13 +373,13 @@ def test_installed_files_unchanged_when_the_run_is_interrupted(tmp_path: Path, s
     try:
         mutated = _wait_for_applied_mutant(tmp_path, FUSED, proc)
         assert _digest(pkg) == before  # the mutant is in the overlay only
-        victims = [*power._descendants(proc.pid), proc.pid] if sig == signal.SIGKILL else [proc.pid]
+        victims = [*descendants(proc.pid), proc.pid] if sig == signal.SIGKILL else [proc.pid]
         for pid in victims:  # SIGKILL: the harness and everything it started, nothing can clean up
             os.kill(pid, sig)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
-            for pid in [*power._descendants(proc.pid), proc.pid]:
+            for pid in [*descendants(proc.pid), proc.pid]:
                 os.kill(pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode != 0
@@ -380,7 +388,7 @@ def test_installed_files_unchanged_when_the_run_is_interrupted(tmp_path: Path, s
         assert not mutated.exists()
     else:  # killed outright: the next run removes the dead run's overlay
         assert mutated.exists()
-        removed = power.clean_stale_workdirs(tmp_path / "tmp")
+        removed = clean_stale_workdirs(tmp_path / "tmp")
         assert removed and not mutated.exists()
 
 
@@ -398,7 +406,7 @@ def test_a_full_run_on_a_synthetic_package_scores_and_restores(tmp_path: Path) -
         'print(\'MOEGATE-POWER \' + (\'{"first_failure_s": null}\' if ok else \'{"first_failure_s": 0.0, "failing_test": "probe"}\'))\n'
         "sys.exit(0 if ok else 1)\n"
     )
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(power.ROOT)}
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [
             sys.executable,
@@ -416,7 +424,8 @@ def test_a_full_run_on_a_synthetic_package_scores_and_restores(tmp_path: Path) -
             "30",
         ],
         env=env,
-        cwd=power.ROOT,
+        cwd=ROOT,
+        check=False,
         capture_output=True,
         text=True,
         timeout=300,
@@ -432,3 +441,14 @@ def test_a_full_run_on_a_synthetic_package_scores_and_restores(tmp_path: Path) -
     )  # the probe is weak on purpose: survivors fail the run
     assert report["installed_unchanged"] is True and _digest(pkg) == before
     assert "## Survivors" in (tmp_path / "out" / "power.md").read_text()
+    # progress, not a terminal: one line per stage, its counts those of the report
+    n, killed, survived = (
+        len(statuses),
+        sum(s == "killed" for s in statuses.values()),
+        sum(s == "survived" for s in statuses.values()),
+    )
+    stage_lines = [ln for ln in out.stderr.splitlines() if ln.startswith("power: ") and ln.endswith(" s)")]
+    assert [ln.split(":")[1] for ln in stage_lines] == [" baseline (unmutated vLLM)", " mutants"], out.stderr
+    assert stage_lines[1].startswith(
+        f"power: mutants: {n}/{n}, killed {killed}, survived {survived}, score {100 * report['score']:.1f} % ("
+    ), stage_lines[1]

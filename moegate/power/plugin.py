@@ -1,8 +1,8 @@
 """pytest plugin for the power run: how long the dispatch tier took to kill a mutant.
 
-Loaded with ``-p moegate.power_plugin`` into each mutant's dispatch-tier run. It
-prints one line, ``MOEGATE-POWER {json}``, that the harness (moegate.power) reads
-back from cosmic-ray's captured output:
+Loaded with ``-p moegate.power.plugin`` into each mutant's dispatch-tier run. It
+prints one line (``moegate.power.summary_line``) that the harness reads back from
+cosmic-ray's captured output:
 
 - ``first_failure_s``: seconds from the end of the first test's setup (the point
   where the session-scoped ``target`` fixture has imported vLLM) to the first
@@ -19,7 +19,6 @@ It reads module ``__file__`` attributes only; it never drives vLLM.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -28,12 +27,12 @@ from typing import Any
 
 import pytest
 
+from moegate.power import summary_line
 from moegate.vllm import names
 
 # Coverage collection under observability uses sys.settrace on Python 3.11: far too slow.
 os.environ.setdefault("HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER", "1")
 
-MARK = "MOEGATE-POWER"
 WATCHED = {"fused_moe_file": names.FUSED_MOE, "triton_moe_file": names.TRITON_MOE}
 
 
@@ -102,4 +101,4 @@ def summary() -> dict[str, Any]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    terminalreporter.write_line(f"{MARK} {json.dumps(summary(), sort_keys=True)}")
+    terminalreporter.write_line(summary_line.render(summary()))

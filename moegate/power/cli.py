@@ -1,0 +1,93 @@
+"""Gate power: mutation-test vLLM's fused-MoE dispatch code and measure how fast the suite kills each mutant.
+
+The command line of ``python -m moegate.power``: it runs one power run, writes
+``power.md`` / ``power.json`` (and appends the page to ``$GITHUB_STEP_SUMMARY``),
+and exits 0 when every mutant is killed or reviewed equivalent, 1 when not, 2 on a
+broken run (one line saying why), 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from moegate.power.errors import PowerError
+from moegate.power.report import render_markdown, to_json
+from moegate.power.run import ROOT, run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m moegate.power", description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument(
+        "--vllm-python", required=True, help="Python of the environment whose installed vLLM is mutated (never written)"
+    )
+    p.add_argument("--out", default=str(ROOT / "reports"), help="where power.md / power.json / the tool log go")
+    p.add_argument(
+        "--timeout", type=float, default=None, help="seconds per mutant (default: max(60, 4x the unmutated tier))"
+    )
+    p.add_argument("--limit", type=int, default=None, help="run only the first N mutants in scope (smoke runs)")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only the mutant with this id (repeatable), e.g. to re-check survivors",
+    )
+    p.add_argument("--test-command", default=None, help="override the per-mutant test command (tests of this harness)")
+    p.add_argument(
+        "--package-dir", default=None, help="the vllm package directory (default: probed from --vllm-python)"
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=30.0,
+        help="per-mutant time-to-first-failure target, seconds (reported, not enforced)",
+    )
+    args = p.parse_args(argv)
+
+    def _term(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with SIGINT ignored
+    out_dir = Path(args.out)
+    try:
+        outcome = run(
+            args.vllm_python,
+            out_dir=out_dir,
+            package_dir=Path(args.package_dir) if args.package_dir else None,
+            test_command=args.test_command,
+            timeout_s=args.timeout,
+            limit=args.limit,
+            only=args.only,
+            command=os.environ.get(
+                "MOEGATE_POWER_COMMAND",
+                "python -m moegate.power "
+                + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
+            ),
+            budget_s=args.budget,
+        )
+    except PowerError as exc:
+        print(f"moegate power: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        print(
+            f"moegate power: interrupted ({exc or 'SIGINT'}); overlay removed, installed vLLM files unchanged",
+            file=sys.stderr,
+        )
+        return 130
+    md = render_markdown(outcome)
+    (out_dir / "power.md").write_text(md)
+    (out_dir / "power.json").write_text(json.dumps(to_json(outcome), indent=2, default=str))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as fh:
+            fh.write(md)
+    print(md)
+    return 0 if outcome.passed else 1

@@ -1,0 +1,102 @@
+"""The outcome model: each mutant with its result, the run's outcome, its score and when it passes.
+
+Plain data, no tool: the cosmic-ray driver fills it, the report renders it, and
+the reviewed equivalent mutants (``power/equivalent-mutants.toml``) decide which
+survivors do not fail the run.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moegate.power.errors import PowerError
+from moegate.power.regions import Region
+
+# statuses that count towards the score; "equivalent", "no-mutation" and "pending" do not
+SCORED = ("killed", "timeout", "survived", "incompetent")
+
+
+@dataclass
+class Mutant:
+    """One cosmic-ray work item inside a region, with its result."""
+
+    id: str  # stable across releases: file:scope:operator@+line-offset:col[#k]
+    job_id: str
+    file: str
+    line: int
+    operator: str
+    region: str
+    status: str = "pending"  # killed | survived | timeout | incompetent | equivalent | no-mutation | pending
+    first_failure_s: float | None = None
+    failing_test: str | None = None
+    via: str | None = None
+    wall_s: float | None = None
+    diff: str = ""
+    reason: str = ""  # equivalent: why; incompetent/killed-by-error: first line of output
+
+
+def mutant_id(region: Region, operator: str, line: int, col: int) -> str:
+    """An id that survives code moving above the function: lines count from the enclosing ``def``."""
+    short = operator.split("/", 1)[-1]
+    return f"{Path(region.spec.file).stem}:{region.spec.scope}:{short}@+{line - region.anchor}:{col}"
+
+
+def score(counts: Mapping[str, int]) -> float | None:
+    """Killed (timeouts included) over scored mutants, from a status -> count map; None before any is scored."""
+    scored = sum(counts.get(s, 0) for s in SCORED)
+    return None if not scored else (counts.get("killed", 0) + counts.get("timeout", 0)) / scored
+
+
+def load_equivalents(path: Path) -> dict[str, str]:
+    """Reviewed equivalent mutants: id -> reason. Every entry needs a non-empty reason."""
+    if not path.exists():
+        return {}
+    data = tomllib.loads(path.read_text())
+    out: dict[str, str] = {}
+    for key, entry in data.get("mutant", {}).items():
+        reason = entry.get("reason", "").strip() if isinstance(entry, dict) else ""
+        if not reason:
+            raise PowerError(f"{path}: equivalent mutant {key!r} has no reason; say why it cannot change behaviour")
+        out[key] = reason
+    return out
+
+
+@dataclass
+class Outcome:
+    vllm_version: str
+    package_dir: str
+    command: str
+    test_command: str
+    regions: list[dict[str, Any]]
+    mutants: list[Mutant]
+    baseline: dict[str, Any]
+    wall_s: float
+    installed_hashes: dict[str, str]
+    installed_unchanged: bool
+    stale_equivalents: list[str] = field(default_factory=list)
+    budget_s: float = 30.0
+    suite_rev: str = "unknown"
+
+    def count(self, status: str) -> int:
+        return sum(1 for m in self.mutants if m.status == status)
+
+    @property
+    def scored(self) -> int:
+        return sum(1 for m in self.mutants if m.status in SCORED)
+
+    @property
+    def score(self) -> float | None:
+        return score({s: self.count(s) for s in SCORED})
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.count("survived") == 0
+            and self.count("incompetent") == 0
+            and self.count("pending") == 0
+            and self.installed_unchanged
+        )
