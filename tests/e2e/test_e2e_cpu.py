@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from moegate.vllm.names import API_SERVER
-from tests.e2e.conftest import ROOT, SMOKE_SERVER_ARGS, SMOKE_SIZE, run_e2e
+from tests.support import ROOT
+from tests.support.e2e import SMOKE_SERVER_ARGS, SMOKE_SIZE, run_e2e
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Placement
 from moegate.kernel_check import run_checked
 from moegate.spec import expected_path
 from strategies.kernels import kernel_cases
-from tests.kernels.conftest import FP8, FP8_SKIP, QUANT_FAMILY, kernel_settings
+from tests.support.kernels import FP8, FP8_SKIP, QUANT_FAMILY, kernel_settings
 
 pytestmark = pytest.mark.kernels
 

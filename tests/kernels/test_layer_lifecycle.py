@@ -37,10 +37,10 @@ from moegate.case import MoECase, Placement
 from moegate.engine import SCENARIOS
 from moegate.spec import SPARSITY_FACTOR, expected_path
 from moegate.tiny_model import TinyMoESpec
+from tests.support import ROOT
 
 pytestmark = pytest.mark.kernels
 
-ROOT = Path(__file__).resolve().parents[2]
 SCENARIO_TIMEOUT_S = int(os.environ.get("MOEGATE_ENGINE_TIMEOUT", "480"))
 LOG_TAIL_LINES = 60
 PARAM_NAME = re.compile(r"layers\.(\d+)\..*\b(w13|w2)_weight$")

@@ -25,10 +25,9 @@ from moegate.ab.__main__ import main as cli
 from moegate.ab.driver import BenchError, Dataset, Driver, DriverError, Plan, Run, load_run, schedule
 from moegate.ab.evidence import MoEShape, TrafficModel, expected_unique_experts, naive_region
 from moegate.ab.verdict import IMPROVED, NO_VERDICT, WITHIN
+from tests.support import ROOT
 
 pytestmark = pytest.mark.unit
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def build(label: str) -> SimpleNamespace:

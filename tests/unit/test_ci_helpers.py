@@ -14,9 +14,9 @@ from moegate import gate_plan, junit_min
 from moegate.case import MoECase
 from moegate.check import EXAMPLE_PREFIX, DispatchMismatch, assert_path, example_line
 from strategies import moe_cases
+from tests.support import ROOT
 
 pytestmark = pytest.mark.unit
-ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- junit_min --------------------------------------------------------------------------
