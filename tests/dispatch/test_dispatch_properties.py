@@ -17,7 +17,6 @@ from moegate.check import assert_path
 from strategies import aim_at_boundary, moe_cases
 from strategies.moe import pin_boundaries
 
-pytestmark = pytest.mark.dispatch
 
 HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])
 DEVICE = Placement(False, False)

@@ -29,7 +29,6 @@ from moegate.e2e import gsm8k
 from moegate.e2e.gsm8k import Gsm8kError, LmEvalMissing
 from tests.support import ROOT
 
-pytestmark = pytest.mark.e2e
 
 LIMIT = 8
 SERVER_ARGS = (

@@ -7,8 +7,6 @@ import torch
 
 from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Routing, RoutingKind
 
-pytestmark = pytest.mark.kernels
-
 
 @pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
 @pytest.mark.parametrize("placement", ALL_PLACEMENTS[1:], ids=lambda p: p.label)

@@ -19,7 +19,6 @@ from moegate.spec import expected_path
 from strategies.kernels import kernel_cases
 from tests.support.kernels import FP8, FP8_SKIP, QUANT_FAMILY, kernel_settings
 
-pytestmark = pytest.mark.kernels
 
 HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])
 DEVICE = Placement(False, False)

@@ -39,7 +39,6 @@ from moegate.spec import SPARSITY_FACTOR, expected_path
 from moegate.tiny_model import TinyMoESpec
 from tests.support import ROOT
 
-pytestmark = pytest.mark.kernels
 
 SCENARIO_TIMEOUT_S = int(os.environ.get("MOEGATE_ENGINE_TIMEOUT", "480"))
 LOG_TAIL_LINES = 60

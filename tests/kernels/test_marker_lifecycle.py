@@ -18,7 +18,6 @@ from moegate.reference import compare
 from moegate.tensors import CaseTensors
 from moegate.vllm.names import UVA_MARKER
 
-pytestmark = pytest.mark.kernels
 
 CASE = MoECase(num_tokens=2, top_k=2, num_experts=64, hidden=256, intermediate=128)  # naive region for device weights
 

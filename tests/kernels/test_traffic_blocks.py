@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moegate.case import ExpertMap
 from moegate.traffic import sorted_blocks
-
-pytestmark = pytest.mark.kernels
 
 
 @settings(max_examples=50, deadline=None)

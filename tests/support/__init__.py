@@ -11,3 +11,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository root: the tests read the project's own files (goldens, workflows, noxfile) from here."""
+
+TIERS = ("unit", "dispatch", "kernels", "meta", "e2e")
+"""One directory per tier under ``tests/``, each a marker of the same name (``pytest -m "not kernels"``)."""

@@ -27,8 +27,6 @@ from moegate.ab.evidence import MoEShape, TrafficModel, expected_unique_experts,
 from moegate.ab.verdict import IMPROVED, NO_VERDICT, WITHIN
 from tests.support import ROOT
 
-pytestmark = pytest.mark.unit
-
 
 def build(label: str) -> SimpleNamespace:
     return SimpleNamespace(label=label, python=sys.executable, env={}, server_args=())

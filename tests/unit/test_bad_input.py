@@ -14,8 +14,6 @@ from moegate.vllm.names import TargetError
 from moegate.vllm.target import VllmTarget
 from tests.support import ROOT
 
-pytestmark = pytest.mark.unit
-
 
 def test_missing_vllm_names_the_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError

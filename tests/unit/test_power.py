@@ -28,7 +28,6 @@ import pytest
 
 from moegate import power
 
-pytestmark = pytest.mark.unit
 
 FUSED = textwrap.dedent(
     '''\

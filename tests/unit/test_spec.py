@@ -10,7 +10,6 @@ from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, DispatchPath, ExpertMap, M
 from moegate.spec import expected_path, experts_counted, in_naive_region
 from strategies import moe_cases
 
-pytestmark = pytest.mark.unit
 
 DEVICE, W13, W2, BOTH = ALL_PLACEMENTS
 

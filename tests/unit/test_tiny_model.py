@@ -17,7 +17,6 @@ from moegate import tiny_model
 from moegate.tiny_model import BUILD_INFO, TinyMoESpec, build
 from tests.support import ROOT
 
-pytestmark = pytest.mark.unit
 SMALL = {"layers": 2, "hidden": 128, "experts": 16, "top_k": 2, "moe_intermediate": 64, "vocab": 256}
 """A faster shape for the properties that do not depend on the default one."""
 

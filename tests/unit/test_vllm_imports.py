@@ -15,11 +15,9 @@ import ast
 import textwrap
 from pathlib import Path
 
-import pytest
 
 from tests.support import ROOT
 
-pytestmark = pytest.mark.unit
 
 ROOTS = ("moegate", "strategies", "tests", "bench", "tools")
 FILES = ("noxfile.py",)

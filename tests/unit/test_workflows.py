@@ -16,7 +16,6 @@ from tests.support import ROOT
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed here (the unit env has it: nox -s unit)")
 
-pytestmark = pytest.mark.unit
 FILES = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [ROOT / "examples" / "vllm-caller.yml"]
 GATE, REUSABLE = "gate.yml", "moegate.yml"
 FINAL_JOB = {GATE: "gate", REUSABLE: "verdict"}  # the job that must need every other job
