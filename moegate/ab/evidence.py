@@ -32,6 +32,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from moegate.case import MoECase
+from moegate.spec import in_naive_region
+
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
 DEFAULT_UVA_PEAK_GBPS = 51.0
 
@@ -104,8 +107,8 @@ class MoEShape:
 
 
 def naive_region(shape: MoEShape, c: int) -> bool:
-    """Whether a decode step of ``c`` tokens is in the naive region (DESIGN.md's rule)."""
-    return c * shape.top_k * 4 <= shape.experts
+    """Whether a decode step of ``c`` tokens is in the naive region (the spec's, ``docs/spec.md``)."""
+    return in_naive_region(MoECase(num_tokens=c, top_k=shape.top_k, num_experts=shape.experts))
 
 
 def expected_unique_experts(experts: int, top_k: int, tokens: int) -> float:

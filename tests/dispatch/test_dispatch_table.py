@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-
 from moegate import dispatch_table, golden
 from moegate.vllm.environment import describe_environment
-
 
 GOLDEN = "dispatch-table.tsv"
 

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from moegate.vllm.names import API_SERVER
 from tests.support import ROOT
 from tests.support.e2e import SMOKE_SERVER_ARGS, SMOKE_SIZE, run_e2e

@@ -29,7 +29,6 @@ from moegate.e2e import gsm8k
 from moegate.e2e.gsm8k import Gsm8kError, LmEvalMissing
 from tests.support import ROOT
 
-
 LIMIT = 8
 SERVER_ARGS = (
     "--max-model-len", "4096", "--enforce-eager", "--dtype", "bfloat16",

@@ -30,7 +30,6 @@ from moegate.check import parse_mismatches
 from moegate.spec import expected_path
 from tests.support import ROOT
 
-
 MUST_FAIL = {
     "test_path_matches_spec[legacy]",
     "test_path_matches_spec[modular]",

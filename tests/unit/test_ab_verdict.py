@@ -24,7 +24,6 @@ from moegate.ab.verdict import (
     welch,
 )
 
-
 MIRROR = {IMPROVED: REGRESSED, REGRESSED: IMPROVED, WITHIN: WITHIN, NO_VERDICT: NO_VERDICT}
 
 

@@ -16,7 +16,6 @@ from moegate.check import EXAMPLE_PREFIX, DispatchMismatch, assert_path, example
 from strategies import moe_cases
 from tests.support import ROOT
 
-
 # --- junit_min --------------------------------------------------------------------------
 
 

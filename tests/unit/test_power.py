@@ -28,7 +28,6 @@ import pytest
 
 from moegate import power
 
-
 FUSED = textwrap.dedent(
     '''\
     """A synthetic stand-in for vllm's fused_moe.py: same names, tiny bodies."""

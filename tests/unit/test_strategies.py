@@ -9,7 +9,6 @@ from moegate.case import ALL_PLACEMENTS
 from moegate.spec import SPARSITY_FACTOR, in_naive_region
 from strategies import BOUNDARY_EXAMPLES, moe_cases
 
-
 FIND = settings(max_examples=500, database=None, deadline=None)
 
 

@@ -15,9 +15,7 @@ import ast
 import textwrap
 from pathlib import Path
 
-
 from tests.support import ROOT
-
 
 ROOTS = ("moegate", "strategies", "tests", "bench", "tools")
 FILES = ("noxfile.py",)
