@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, Placement
 from moegate.check import assert_path
 from moegate.spec import in_naive_region
-from strategies import aim_at_boundary, moe_cases
-from strategies.moe import pin_boundaries
+from strategies import aim_at_boundary, moe_cases, pin_boundaries
 
 HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])
 DEVICE = Placement(False, False)
