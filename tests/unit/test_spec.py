@@ -1,4 +1,4 @@
-"""The executable spec against the rule as DESIGN.md states it: examples first, then properties."""
+"""The executable spec against the rule as docs/spec.md states it: examples first, then properties."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ DEVICE, W13, W2, BOTH = ALL_PLACEMENTS
 )
 @pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
 def test_design_probe_case(placement, want, entrypoint):
-    """DESIGN.md's measured probe: 2 tokens, 64 experts, top-2 on vLLM 0.33.0."""
+    """The measured probe of docs/spec.md: 2 tokens, 64 experts, top-2 on vLLM 0.33.0."""
     case = MoECase(num_tokens=2, top_k=2, num_experts=64, placement=placement)
     assert expected_path(case, entrypoint).path is want
 
