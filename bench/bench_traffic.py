@@ -69,7 +69,7 @@ def routings(kind: str, tokens: int, reps: int) -> list[list[list[int]]]:
     for r in range(reps):
         if kind == "uniform":
             routing = Routing(RoutingKind.UNIFORM, seed=1000 * tokens + r)
-        else:  # each token's 8 experts drawn from a shared pool of 8-24 (DESIGN.md's skewed routing)
+        else:  # each token's 8 experts drawn from a shared pool of 8-24 (results/kernels-0.33.0.md's skewed rows)
             routing = Routing(RoutingKind.SKEWED, seed=1000 * tokens + r, pool=8 + (r % 3) * 8)
         out.append(routing.topk_ids(tokens, TOP_K, E))
     return out

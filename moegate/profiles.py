@@ -11,6 +11,12 @@
   replayed first the next.
 - ``power``: what the mutation run uses: derandomized like ``ci``, fewer examples,
   since each mutant only needs to be killed once.
+
+Each profile also sets how many examples a kernel-tier property runs
+(``KERNEL_EXAMPLES``, read through ``kernel_examples``): a kernel example runs
+vLLM's kernels on a GPU and the torch reference, one to nine calls, where a
+dispatch example stops at the path decision, so the two tiers need their own
+counts, and ``nightly`` scales both.
 """
 
 from __future__ import annotations
@@ -57,11 +63,29 @@ settings.register_profile(
 
 KNOWN = ("ci", "dev", "nightly", "power", "shrink")
 
+KERNEL_EXAMPLES: dict[str, int] = {"ci": 25, "dev": 25, "nightly": 200, "power": 25, "shrink": 25}
+"""Examples per kernel-tier property and entrypoint. ``ci``/``dev``: the tier's twelve Hypothesis properties
+in minutes of a GPU runner; ``nightly``: 2,400 examples, some 5,000-6,000 kernel calls (a property makes one to
+nine per example). The kernel tier does not run under ``power`` or ``shrink``; they keep ``ci``'s count."""
+
+
+def selected() -> str:
+    """The profile's name: $MOEGATE_PROFILE, else ``ci`` under CI, else ``dev``."""
+    return os.environ.get(PROFILE_ENV) or ("ci" if os.environ.get("CI") else "dev")
+
 
 def load(name: str | None = None) -> str:
-    """Load the named profile (default: $MOEGATE_PROFILE, else ``ci`` under CI, else ``dev``)."""
-    name = name or os.environ.get(PROFILE_ENV) or ("ci" if os.environ.get("CI") else "dev")
+    """Load the named profile (default: ``selected()``) and return its name."""
+    name = name or selected()
     if name not in KNOWN:
         raise SystemExit(f"moegate: unknown Hypothesis profile {name!r} in ${PROFILE_ENV}; choose one of {KNOWN}")
     settings.load_profile(name)
     return name
+
+
+def kernel_examples(name: str | None = None) -> int:
+    """Examples per kernel-tier property under the named profile (default: ``selected()``)."""
+    name = name or selected()
+    if name not in KERNEL_EXAMPLES:
+        raise SystemExit(f"moegate: unknown Hypothesis profile {name!r} in ${PROFILE_ENV}; choose one of {KNOWN}")
+    return KERNEL_EXAMPLES[name]

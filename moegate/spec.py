@@ -1,6 +1,6 @@
 """The dispatch rule under test, as an executable specification.
 
-Written from the rule stated in DESIGN.md ("The behaviour under test"), not from
+Written from the rule stated in docs/spec.md, not from
 vLLM's code: for a case and an entrypoint, which block-assignment path the Triton
 fused-MoE must take, and the first clause of the rule that decides it. The
 clauses are checked in a fixed order so the reason is stable and reviewable in

@@ -1,63 +1,107 @@
-"""Cases the GPU kernel tier can run, drawn from the same ``moe_cases`` as the dispatch tier.
+"""Cases the GPU kernel tier can run, built valid by construction.
 
-``moe_cases(kernel_shapes=True)`` already limits (experts, hidden, intermediate)
-to ``KERNEL_SHAPES`` (multiples of 128: every BLOCK_SIZE_K vLLM's configs pick
-divides them, and every wNa16 group size 32/64/128 divides them). On top of that
-this module excludes what vLLM's kernels do not support, each with its constraint:
+Shapes, token counts, placements, routings and expert maps come from the same
+``moe_cases`` as the dispatch tier, with ``kernel_shapes=True``: (experts,
+hidden, intermediate) from ``KERNEL_SHAPES``, multiples of 128, so every
+BLOCK_SIZE_K vLLM's configs pick divides them, and so does every wNa16 group
+size drawn here. The dtype and the quantization are drawn here, after the case's
+shape, entrypoint and expert map are known, from only what vLLM's kernels
+support; nothing is mapped or filtered afterwards. The constraints, each as the
+draw builds it in:
 
-- int4_w4a16 per-channel (group size 0): the legacy entrypoint sends ungrouped
-  wNa16 weights to the plain Triton kernel, which has an int8_w8a16 branch only;
-  int4 is served by the grouped (GPTQ/AWQ) kernels. Mapped to group size 128.
-- wNa16 at the modular entrypoint needs a group size: ``TritonWNA16Experts``
-  launches the grouped kernel, which asserts ``block_shape`` is given. Mapped to
-  group size 128.
-- group sizes below 32 (the dispatch tier draws group size 1, the boundary of the
-  ``block_shape[1] > 0`` clause): not a layout vLLM's wNa16 kernels are tuned or
-  tested for. Mapped to group size 128.
-- the Qwen3-30B-A3B shape (128 experts, hidden 2048) in bfloat16 only: a float32
-  copy would pin 2.4 GB of host memory for no dispatch-relevant difference.
-- fp8 per-tensor with an expert map at the legacy entrypoint: ``fused_experts_impl``
-  drops remote experts' pairs at alignment (``ignore_invalid_experts=True``), so their
-  rows of the intermediate cache are never written, yet the second product's
-  dynamic per-tensor activation scale is taken over every row, unwritten ones
-  included: the output depends on stale memory. (The modular experts avoid it:
-  ``a2_scale_is_global`` keeps those pairs.) A numerics question of the legacy
-  API, not of dispatch. Mapped to block-wise fp8, whose scales are per token.
+- the Qwen3-30B-A3B shape (128 experts, hidden 2048) draws bfloat16 only: a
+  float32 copy would pin 2.4 GB of host memory for no dispatch-relevant
+  difference. Other shapes draw any dtype; quantized weights take 16-bit
+  activations (as in ``moe_cases``).
+- wNa16 group sizes are 32, 64 or 128: smaller ones (the dispatch tier draws
+  group size 1, the boundary of the ``block_shape[1] > 0`` clause) are not a
+  layout vLLM's wNa16 kernels are tuned or tested for.
+- wNa16 per-channel (group size 0 or -1) only for int8_w8a16 at the legacy
+  entrypoint. The legacy entrypoint sends ungrouped wNa16 weights to the plain
+  Triton kernel, which has an int8_w8a16 branch only (int4 is served by the
+  grouped GPTQ/AWQ kernels); at the modular entrypoint ``TritonWNA16Experts``
+  launches the grouped kernel, which asserts ``block_shape`` is given.
+- fp8 per-tensor is not drawn with an expert map at the legacy entrypoint (the
+  block-wise fp8 of 128 x 128, whose scales are per token, is):
+  ``fused_experts_impl`` drops remote experts' pairs at alignment
+  (``ignore_invalid_experts=True``), so their rows of the intermediate cache are
+  never written, yet the second product's dynamic per-tensor activation scale is
+  taken over every row, unwritten ones included: the output depends on stale
+  memory (``tools/probes/fp8_ep_stale_memory.py`` shows it). The modular experts
+  avoid it (``a2_scale_is_global`` keeps those pairs). A numerics question of the
+  legacy API, not of dispatch.
 - fp8 needs a GPU with fp8 tensor cores (compute capability 8.9+); callers pass
-  ``schemes="wna16"`` elsewhere (``tests/kernels/conftest.py``: ``QUANT_FAMILY``).
+  ``schemes="wna16"`` elsewhere (``tests/support/kernels.py``: ``QUANT_FAMILY``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from hypothesis import strategies as st
 
-from moegate.case import MoECase, Placement, Quant
-from strategies.moe import moe_cases
+from moegate.case import DTYPES, ENTRYPOINTS, MoECase, Placement, Quant
+from strategies.moe import SCHEME_FAMILIES, moe_cases
 
 MAX_KERNEL_TOKENS = 16
 """Decode-sized batches and just past the naive threshold; Triton compiles per token bucket."""
 
 BIG_SHAPE = (128, 2048, 768)
+"""Qwen3-30B-A3B's experts: drawn in bfloat16 only."""
+
+WNA16_GROUP_SIZES = (32, 64, 128)
+PER_CHANNEL = (0, -1)
+"""Both encodings of per-channel wNa16 vLLM uses: ``block_shape`` [0, 0] and the wNa16 oracle's [0, -1]."""
+FP8_PER_TENSOR, FP8_BLOCK = 0, 128
 
 
-def _supported(case: MoECase, entrypoint: str) -> MoECase:
-    q = case.quant
-    if q is None:
-        return case
-    if q.weight_only and (
-        (q.group_size <= 0 and (q.scheme == "int4_w4a16" or entrypoint == "modular")) or 0 < q.group_size < 32
-    ):
-        return MoECase.from_dict({**case.to_dict(), "quant": {"scheme": q.scheme, "group_size": 128}})
-    if not q.weight_only and q.group_size <= 0 and case.expert_map is not None and entrypoint == "legacy":
-        return MoECase.from_dict({**case.to_dict(), "quant": {"scheme": q.scheme, "group_size": 128}})
-    return case
+def _group_sizes(scheme: str, entrypoint: str, expert_map: bool) -> tuple[int, ...]:
+    """The group sizes vLLM's GPU kernels run for ``scheme`` at ``entrypoint`` (the module docstring's rules)."""
+    if scheme == "fp8_w8a8":
+        return (FP8_BLOCK,) if expert_map and entrypoint == "legacy" else (FP8_PER_TENSOR, FP8_BLOCK)
+    per_channel = PER_CHANNEL if scheme == "int8_w8a16" and entrypoint == "legacy" else ()
+    return (*per_channel, *WNA16_GROUP_SIZES)
 
 
-def _fits(case: MoECase) -> bool:
-    big = (case.num_experts, case.hidden, case.intermediate) == BIG_SHAPE
-    return not big or case.dtype == "bfloat16"
+_PRESENT = {True: st.just(True), False: st.just(False), None: st.booleans()}
+_BF16 = st.just("bfloat16")
+_DTYPES = st.sampled_from(DTYPES)
+_DTYPES_16 = st.sampled_from(("bfloat16", "float16"))
+
+
+@cache
+def _groups(scheme: str, entrypoint: str, expert_map: bool) -> st.SearchStrategy[int]:
+    return st.sampled_from(_group_sizes(scheme, entrypoint, expert_map))
+
+
+@cache
+def _schemes(schemes: str | None) -> st.SearchStrategy[str]:
+    if schemes not in SCHEME_FAMILIES:
+        raise ValueError(f"unknown scheme family {schemes!r}; expected one of {list(SCHEME_FAMILIES)}")
+    return st.sampled_from(SCHEME_FAMILIES[schemes])
+
+
+@st.composite
+def _supported(
+    draw: Callable[[st.SearchStrategy[Any]], Any],
+    base: st.SearchStrategy[MoECase],
+    entrypoint: str,
+    quant: bool | None,
+    schemes: str | None,
+) -> MoECase:
+    case = draw(base)
+    q = None
+    if draw(_PRESENT[quant]):
+        scheme = draw(_schemes(schemes))
+        q = Quant(scheme=scheme, group_size=draw(_groups(scheme, entrypoint, case.expert_map is not None)))
+    if (case.num_experts, case.hidden, case.intermediate) == BIG_SHAPE:
+        dtype = draw(_BF16)
+    else:
+        dtype = draw(_DTYPES_16 if q is not None else _DTYPES)
+    return dataclasses.replace(case, dtype=dtype, quant=q)
 
 
 def kernel_cases(
@@ -68,20 +112,27 @@ def kernel_cases(
     expert_map: bool | None = None,
     quant: bool | None = False,
     schemes: str | None = None,
-    **kwargs: Any,
+    max_tokens: int = MAX_KERNEL_TOKENS,
 ) -> st.SearchStrategy[MoECase]:
-    """``moe_cases`` restricted to what vLLM's GPU kernels run (see module docstring)."""
+    """Cases ``entrypoint`` runs on a GPU (see the module docstring).
+
+    ``placement``, ``region``, ``expert_map``: as ``moe_cases``. ``quant``: always,
+    never (the default) or either; ``schemes``: the quantization family
+    (``strategies.moe.SCHEME_FAMILIES``: ``"wna16"``, ``"fp8"`` or None for any).
+    """
+    if entrypoint not in ENTRYPOINTS:
+        raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
+    _schemes(schemes)  # an unknown family fails here, not at the first draw
     base = moe_cases(
         placement=placement,
         region=region,
         expert_map=expert_map,
-        quant=quant,
-        schemes=schemes,
+        quant=False,
+        dtype="bfloat16",  # drawn again in _supported, once the shape and the quantization are known
         kernel_shapes=True,
-        max_tokens=kwargs.pop("max_tokens", MAX_KERNEL_TOKENS),
-        **kwargs,
+        max_tokens=max_tokens,
     )
-    return base.map(lambda c: _supported(c, entrypoint)).filter(_fits)
+    return _supported(base, entrypoint, quant, schemes)
 
 
-__all__ = ["BIG_SHAPE", "MAX_KERNEL_TOKENS", "Quant", "kernel_cases"]
+__all__ = ["BIG_SHAPE", "MAX_KERNEL_TOKENS", "kernel_cases"]

@@ -41,7 +41,7 @@ MAX_TOKENS = 64
 
 KERNEL_SHAPES: tuple[tuple[int, int, int], ...] = (
     # (experts, hidden, intermediate). The kernel tier draws shapes from this small
-    # fixed set because Triton compiles once per variant (DESIGN.md, measured facts):
+    # fixed set because Triton compiles once per variant (tests/kernels/conftest.py):
     # the cost is compilations, not cases. hidden and intermediate are multiples of
     # 128 so every block size vLLM's default configs pick divides them.
     (128, 2048, 768),  # Qwen3-30B-A3B experts
@@ -261,7 +261,7 @@ def _boundary_examples() -> tuple[MoECase, ...]:
     cases = []
     # (tokens, top_k, experts): on the threshold, one past it, and the real models' decode sizes
     grid = [
-        (2, 8, 64),  # 64 == 64: last naive case (the DESIGN.md probe shape)
+        (2, 8, 64),  # 64 == 64: last naive case (docs/spec.md's threshold example)
         (2, 8, 63),  # 64 > 63: first sorted
         (4, 8, 128),  # Qwen3-30B-A3B at 4 requests in flight: naive for device weights
         (5, 8, 128),  # one more token: sorted

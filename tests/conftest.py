@@ -1,15 +1,19 @@
-"""Shared fixtures, options and the report header for every tier."""
+"""Shared fixtures, options, the report header and the tier markers for every tier."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from moegate import profiles
+from tests.support import TIERS
 
 PROFILE = profiles.load()
+
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -19,6 +23,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite golden files from this run instead of comparing (review the diff before committing)",
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier: the directory it lives in, so no test file repeats it."""
+    for item in items:
+        path = item.path.resolve()
+        tier = path.relative_to(TESTS).parts[0] if path.is_relative_to(TESTS) else None
+        if tier in TIERS:
+            item.add_marker(tier)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

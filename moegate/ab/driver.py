@@ -251,28 +251,6 @@ def _tail(path: Path, n: int = 30) -> str:
         return ""
 
 
-def run_bench_subprocess(
-    build: BuildLike, args: list[str], json_out: Path, log_path: Path, timeout_s: float = 3600.0
-) -> dict:
-    """``vllm bench serve`` through ``moegate.vllm.bench_serve`` in the build's own Python."""
-    env = {**os.environ, **dict(build.env)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    cmd = [build.python, "-m", "moegate.vllm.bench_serve", "--json-out", str(json_out), "--", *args]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
-        log.flush()
-        try:
-            rc = subprocess.run(
-                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
-            ).returncode
-        except subprocess.TimeoutExpired:
-            raise BenchError(f"benchmark timed out after {timeout_s:.0f} s; {log_path}:\n{_tail(log_path)}") from None
-    if rc != 0 or not json_out.is_file():
-        raise BenchError(f"benchmark exited {rc}; {log_path}:\n{_tail(log_path)}")
-    return json.loads(json_out.read_text())
-
-
 class BenchWorkers:
     """One long-lived ``moegate.vllm.bench_serve --worker`` per build: vLLM is imported once per build.
 

@@ -13,14 +13,14 @@ carries ``c`` tokens; prefill steps are ignored):
   ``traffic.naive_blocks`` / ``sorted_blocks``.
 - **path** per build: host-resident weights take the sorted path on a build with the
   rule of vLLM PR #62054 (0.33.0+), and the naive path on one without it whenever
-  ``c * top_k * 4 <= E`` (the naive region; DESIGN.md).
+  ``c * top_k * 4 <= E`` (the naive region; ``docs/spec.md``).
 - **bytes per step** = reads x per-expert bytes (w13 + w2) x MoE layers x the fraction of
   experts on the host (1.0 when all are offloaded; under uniform routing a partial
   offload scales the host bytes by that fraction).
 - **achieved bandwidth** = bytes per step x steps/s, with steps/s ~ output tok/s / c. Set
-  against the measured UVA peak (DESIGN.md: 51 GB/s on the H200, 55.5 in one run), it
-  shows whether a build's decode is at the PCIe limit: at the peak, saving bytes is the
-  only way to go faster.
+  against the measured UVA peak (51 GB/s on the H200, ``docs/spec.md``; 55.5 in one run,
+  ``results/kernels-0.33.0.md``), it shows whether a build's decode is at the PCIe limit:
+  at the peak, saving bytes is the only way to go faster.
 
 No vLLM and no torch import, unless a routing sample is given (then ``moegate.traffic``).
 """
@@ -31,6 +31,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from moegate.case import MoECase
+from moegate.spec import in_naive_region
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
 DEFAULT_UVA_PEAK_GBPS = 51.0
@@ -104,8 +107,8 @@ class MoEShape:
 
 
 def naive_region(shape: MoEShape, c: int) -> bool:
-    """Whether a decode step of ``c`` tokens is in the naive region (DESIGN.md's rule)."""
-    return c * shape.top_k * 4 <= shape.experts
+    """Whether a decode step of ``c`` tokens is in the naive region (the spec's, ``docs/spec.md``)."""
+    return in_naive_region(MoECase(num_tokens=c, top_k=shape.top_k, num_experts=shape.experts))
 
 
 def expected_unique_experts(experts: int, top_k: int, tokens: int) -> float:

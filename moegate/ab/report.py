@@ -50,7 +50,6 @@ def _bytes(n: float) -> str:
 class Report:
     verdict: Verdict
     markdown: str
-    plot: Path | None
 
 
 def _change_cell(lv) -> str:
@@ -274,4 +273,4 @@ def write(
             },
         }
     (out / VERDICT_JSON).write_text(json.dumps(payload, indent=1))
-    return Report(verdict, md, png)
+    return Report(verdict, md)

@@ -98,9 +98,6 @@ class Build:
         args = " ".join(shlex.quote(a) for a in self.server_args)
         return " ".join(p for p in (env, self.python, "-m vllm.entrypoints.openai.api_server", args) if p)
 
-    def with_args(self, *args: str, label: str | None = None) -> Build:
-        return Build(label or self.label, self.python, dict(self.env), (*self.server_args, *args))
-
 
 def parse_build(label: str, spec: str, *, server_args: str = "", env: Mapping[str, str] | None = None) -> Build:
     """``spec`` is the path of an interpreter or of a venv directory (its ``bin/python``)."""

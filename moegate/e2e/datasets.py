@@ -18,7 +18,6 @@ GSM8K_SHA256 = {
     "test.jsonl": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
     "train.jsonl": "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
 }
-GSM8K_RECORDS = {"test.jsonl": 1319, "train.jsonl": 7473}
 
 
 class DataError(RuntimeError):

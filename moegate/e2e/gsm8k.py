@@ -335,7 +335,6 @@ class Gsm8kRun:
     records: list[dict[str, Any]]
     scores: dict[str, float]
     samples_path: Path | None = None
-    results_path: Path | None = None
     seconds: float | None = None
     command: list[str] = field(default_factory=list)
     data_sha256: dict[str, str] = field(default_factory=dict)
@@ -560,7 +559,7 @@ def read_run(output_path: str | os.PathLike[str], task: str = LOCAL_TASK) -> Gsm
     for f in FILTERS:
         if not math.isclose(mine[f], scores[f], rel_tol=0, abs_tol=1e-12):
             raise Gsm8kError(f"{results_path}: exact_match,{f} = {scores[f]} but the logged samples give {mine[f]}")
-    return Gsm8kRun(task, len(recs), recs, scores, samples_path, results_path)
+    return Gsm8kRun(task, len(recs), recs, scores, samples_path)
 
 
 # --- comparison ------------------------------------------------------------------

@@ -10,8 +10,6 @@ from moegate.vllm.names import TargetError
 from moegate.vllm.recorders import RECORDERS
 from moegate.vllm.target import VllmTarget
 
-pytestmark = pytest.mark.dispatch
-
 
 def test_targets_share_recorders_and_the_last_close_restores_vllm(target):
     fm = target.fm

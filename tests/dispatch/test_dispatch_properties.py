@@ -14,10 +14,8 @@ from hypothesis import strategies as st
 
 from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, Placement
 from moegate.check import assert_path
-from strategies import aim_at_boundary, moe_cases
-from strategies.moe import pin_boundaries
-
-pytestmark = pytest.mark.dispatch
+from moegate.spec import in_naive_region
+from strategies import aim_at_boundary, moe_cases, pin_boundaries
 
 HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])
 DEVICE = Placement(False, False)
@@ -44,7 +42,7 @@ def test_host_resident_weights_take_sorted_path(target, entrypoint, case):
 
 
 @entrypoints
-@pin_boundaries(lambda c: not c.placement.host_resident and c.pairs * 4 <= c.num_experts)
+@pin_boundaries(lambda c: not c.placement.host_resident and in_naive_region(c))
 @given(case=moe_cases(placement=DEVICE, region="naive"))
 def test_device_weights_in_naive_region_take_naive_path(target, entrypoint, case):
     """The small-batch optimisation survives for device-resident weights."""
@@ -53,7 +51,7 @@ def test_device_weights_in_naive_region_take_naive_path(target, entrypoint, case
 
 
 @entrypoints
-@pin_boundaries(lambda c: c.pairs * 4 > c.num_experts)
+@pin_boundaries(lambda c: not in_naive_region(c))
 @given(case=moe_cases(region="outside"))
 def test_outside_naive_region_takes_sorted_path(target, entrypoint, case):
     aim_at_boundary(case)

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from moegate import dispatch_table, golden
 from moegate.vllm.environment import describe_environment
-
-pytestmark = pytest.mark.dispatch
 
 GOLDEN = "dispatch-table.tsv"
 

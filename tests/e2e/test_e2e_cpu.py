@@ -11,12 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from moegate.vllm.names import API_SERVER
-from tests.e2e.conftest import ROOT, SMOKE_SERVER_ARGS, SMOKE_SIZE, run_e2e
-
-pytestmark = pytest.mark.e2e
+from tests.support import ROOT
+from tests.support.e2e import SMOKE_SERVER_ARGS, SMOKE_SIZE, run_e2e
 
 
 def test_same_build_twice_passes_both_gates_and_matches_its_golden(

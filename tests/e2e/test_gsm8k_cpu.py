@@ -27,10 +27,8 @@ import pytest
 
 from moegate.e2e import gsm8k
 from moegate.e2e.gsm8k import Gsm8kError, LmEvalMissing
+from tests.support import ROOT
 
-pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 8
 SERVER_ARGS = (
     "--max-model-len", "4096", "--enforce-eager", "--dtype", "bfloat16",

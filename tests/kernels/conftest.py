@@ -7,37 +7,13 @@ before the properties run and every property draws from the same few shapes.
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 from moegate.case import ALL_PLACEMENTS, MoECase
 from moegate.kernel_inputs import WeightBank
 from strategies.moe import KERNEL_SHAPES
-
-
-def _fp8_capable() -> bool:
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
-
-
-FP8 = _fp8_capable()
-"""fp8 tensor cores (Ada, Hopper and later): where vLLM's Triton kernel runs fp8_w8a8 weights."""
-FP8_SKIP = "fp8_w8a8 needs a GPU of compute capability 8.9 or later (fp8 tensor cores)"
-QUANT_FAMILY: str | None = None if FP8 else "wna16"
-"""``kernel_cases(schemes=...)`` for properties that draw any quantization: fp8 only where it runs."""
-
-EXAMPLES = int(os.environ.get("MOEGATE_KERNEL_EXAMPLES", "25"))
-"""Examples per kernel property (each entrypoint); the benchmark covers volume."""
-
-kernel_settings = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
-)
 
 
 @pytest.fixture(scope="session")

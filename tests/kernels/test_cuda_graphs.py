@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Routing, RoutingKind
-
-pytestmark = pytest.mark.kernels
 
 
 @pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
@@ -28,7 +28,7 @@ def test_graph_replay_equals_eager_and_takes_sorted(cuda_target, bank, warm, ent
     graph, captured = cuda_target.capture(case, entrypoint, t, w1, w2)
     results = []
     for seed in (101, 202):  # new routing and activations copied into the graph's static inputs
-        nxt = MoECase.from_dict({**case.to_dict(), "routing": {"kind": "skewed", "seed": seed, "pool": 12}})
+        nxt = replace(case, routing=Routing(RoutingKind.SKEWED, seed=seed, pool=12))
         t2, _, _ = bank.inputs(nxt, seed=seed)
         t.hidden_states.copy_(t2.hidden_states)
         t.topk_ids.copy_(t2.topk_ids)

@@ -8,28 +8,22 @@ marks them, so the kernel reads them over PCIe.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Placement
+from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, Placement
 from moegate.kernel_check import run_checked
 from moegate.spec import expected_path
 from strategies.kernels import kernel_cases
-from tests.kernels.conftest import FP8, FP8_SKIP, QUANT_FAMILY, kernel_settings
-
-pytestmark = pytest.mark.kernels
+from tests.support.kernels import FP8, FP8_SKIP, QUANT_FAMILY, kernel_settings
 
 HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])
 DEVICE = Placement(False, False)
 entrypoints = pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
-
-
-def with_placement(case: MoECase, placement: Placement) -> MoECase:
-    return MoECase.from_dict(
-        {**case.to_dict(), "placement": {"w13_host": placement.w13_host, "w2_host": placement.w2_host}}
-    )
 
 
 @entrypoints
@@ -69,7 +63,7 @@ def test_naive_and_sorted_paths_give_the_same_output(cuda_target, bank, warm, en
     case = data.draw(kernel_cases(entrypoint, placement=DEVICE, region="naive", expert_map=False), label="case")
     host = data.draw(HOST, label="host placement")
     naive = run_checked(cuda_target, bank, case, entrypoint)
-    sorted_ = run_checked(cuda_target, bank, with_placement(case, host), entrypoint)
+    sorted_ = run_checked(cuda_target, bank, replace(case, placement=host), entrypoint)
     assert naive.path == "naive", naive.describe()
     assert sorted_.path == "sorted", f"host-resident weights did not force the sorted path\n{sorted_.describe()}"
     assert naive.closeness.ok and sorted_.closeness.ok, naive.describe() + "\n" + sorted_.describe()
@@ -87,7 +81,7 @@ def test_host_and_device_weights_give_the_same_output(cuda_target, bank, warm, e
     case = data.draw(kernel_cases(entrypoint, placement=DEVICE, region="outside", expert_map=None), label="case")
     host = data.draw(HOST, label="host placement")
     dev = run_checked(cuda_target, bank, case, entrypoint)
-    uva = run_checked(cuda_target, bank, with_placement(case, host), entrypoint)
+    uva = run_checked(cuda_target, bank, replace(case, placement=host), entrypoint)
     assert dev.path == uva.path == "sorted", dev.describe() + "\n" + uva.describe()
     assert torch.equal(dev.output, uva.output), "host-resident and device weights differ\n" + uva.describe()
 
@@ -101,12 +95,12 @@ def test_expert_parallel_ranks_sum_to_the_whole_layer(cuda_target, bank, warm, e
     size = case.expert_map.ep_size
     total = None
     for rank in range(size):
-        part_case = MoECase.from_dict({**case.to_dict(), "expert_map": {"ep_size": size, "ep_rank": rank}})
+        part_case = replace(case, expert_map=ExpertMap(ep_size=size, ep_rank=rank))
         part = run_checked(cuda_target, bank, part_case, entrypoint)
         assert part.closeness.ok, part.describe()
         assert part.path == "sorted", part.describe()
         total = part.output.float() if total is None else total + part.output.float()
-    whole = run_checked(cuda_target, bank, MoECase.from_dict({**case.to_dict(), "expert_map": None}), entrypoint)
+    whole = run_checked(cuda_target, bank, replace(case, expert_map=None), entrypoint)
     # each rank's rounding budget adds up: compare the sum against size tolerances of the whole
     err = (total - whole.output.float()).abs().max().item()
     bound = size * max(whole.closeness.max_abs_err, 1e-30) + size * 4 * 2**-8 * whole.output.float().abs().max().item()
@@ -129,7 +123,7 @@ def test_fp8_weights_on_every_path_and_placement(cuda_target, bank, warm, entryp
     )
     host = data.draw(HOST, label="host placement")
     dev = run_checked(cuda_target, bank, case, entrypoint)
-    uva = run_checked(cuda_target, bank, with_placement(case, host), entrypoint)
+    uva = run_checked(cuda_target, bank, replace(case, placement=host), entrypoint)
     assert dev.closeness.ok and uva.closeness.ok, dev.describe() + "\n" + uva.describe()
     assert dev.path == expected_path(case, entrypoint).path.value, dev.describe()
     assert uva.path == "sorted", f"host-resident fp8 weights took {uva.path}\n{uva.describe()}"

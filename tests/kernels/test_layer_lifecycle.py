@@ -35,12 +35,10 @@ import pytest
 
 from moegate.case import MoECase, Placement
 from moegate.engine import SCENARIOS
-from moegate.spec import SPARSITY_FACTOR, expected_path
+from moegate.spec import expected_path, in_naive_region
 from moegate.tiny_model import TinyMoESpec
+from tests.support import ROOT
 
-pytestmark = pytest.mark.kernels
-
-ROOT = Path(__file__).resolve().parents[2]
 SCENARIO_TIMEOUT_S = int(os.environ.get("MOEGATE_ENGINE_TIMEOUT", "480"))
 LOG_TAIL_LINES = 60
 PARAM_NAME = re.compile(r"layers\.(\d+)\..*\b(w13|w2)_weight$")
@@ -217,10 +215,10 @@ def test_every_traced_call_takes_the_spec_path(engine_report, tiny_model, name):
             want = expected_path(case, "modular")
             if call["path"] != want.path.value:
                 mismatches.append(f"{describe(name, mode, i, layer, case)}: took {call['path']}, spec requires {want}")
-            in_naive_region = case.pairs * SPARSITY_FACTOR <= case.num_experts
-            if in_naive_region and case.placement.host_resident:
+            naive_region = in_naive_region(case, "modular")
+            if naive_region and case.placement.host_resident:
                 seen["host"] += 1
-            elif in_naive_region and call["path"] == "naive":
+            elif naive_region and call["path"] == "naive":
                 seen["device_naive"] += 1
                 seen["device_decode_naive"] += case.num_tokens == 1
         assert not residency, (

@@ -9,6 +9,8 @@ the marker; the context must re-offload and re-mark them.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -17,8 +19,6 @@ from moegate.kernel_check import reference_for
 from moegate.reference import compare
 from moegate.tensors import CaseTensors
 from moegate.vllm.names import UVA_MARKER
-
-pytestmark = pytest.mark.kernels
 
 CASE = MoECase(num_tokens=2, top_k=2, num_experts=64, hidden=256, intermediate=128)  # naive region for device weights
 
@@ -76,9 +76,7 @@ def test_marker_survives_post_processing_and_next_forward_is_sorted(
     )
 
     placement = Placement(w13_host="w13_weight" in expected, w2_host="w2_weight" in expected)
-    case = MoECase.from_dict(
-        {**CASE.to_dict(), "placement": {"w13_host": placement.w13_host, "w2_host": placement.w2_host}}
-    )
+    case = dataclasses.replace(CASE, placement=placement)
     obs = cuda_target.run_placed(case, entrypoint, t, layer.w13_weight, layer.w2_weight)
     ref = reference_for(case, CaseTensors(t.hidden_states, t.w1, t.w2, t.topk_weights, t.topk_ids, None))
     closeness = compare(obs.output, ref, torch.bfloat16)

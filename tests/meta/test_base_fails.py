@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -29,10 +28,8 @@ from moegate import golden
 from moegate.case import MoECase
 from moegate.check import parse_mismatches
 from moegate.spec import expected_path
+from tests.support import ROOT
 
-pytestmark = pytest.mark.meta
-
-ROOT = Path(__file__).resolve().parents[2]
 MUST_FAIL = {
     "test_path_matches_spec[legacy]",
     "test_path_matches_spec[modular]",

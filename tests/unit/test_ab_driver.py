@@ -12,6 +12,7 @@ failures, files kept. The real thing runs as the CPU same-build smoke and on the
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +26,7 @@ from moegate.ab.__main__ import main as cli
 from moegate.ab.driver import BenchError, Dataset, Driver, DriverError, Plan, Run, load_run, schedule
 from moegate.ab.evidence import MoEShape, TrafficModel, expected_unique_experts, naive_region
 from moegate.ab.verdict import IMPROVED, NO_VERDICT, WITHIN
-
-pytestmark = pytest.mark.unit
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
 
 
 def build(label: str) -> SimpleNamespace:
@@ -444,52 +442,32 @@ def main(args):
 
 
 def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
-    """run_bench_subprocess -> python -m moegate.vllm.bench_serve in the 'build': the build's env PYTHONPATH
-    carries a stand-in ``vllm.benchmarks.serve`` (the real one needs a server); moegate is added before it."""
+    """python -m moegate.vllm.bench_serve in the 'build': the build's PYTHONPATH carries a stand-in
+    ``vllm.benchmarks.serve`` (the real one needs a server); the result dict is written as JSON."""
     pkg = tmp_path / "site" / "vllm" / "benchmarks"
     pkg.mkdir(parents=True)
     (tmp_path / "site" / "vllm" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "serve.py").write_text(FAKE_SERVE)
-    b = SimpleNamespace(label="x", python=sys.executable, env={"PYTHONPATH": str(tmp_path / "site")}, server_args=())
-    from moegate.ab.driver import run_bench_subprocess
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{tmp_path / 'site'}"}
 
-    out = run_bench_subprocess(
-        b,
-        ["--model", "m", "--max-concurrency", "4", "--num-prompts", "8", "--ignore-eos"],
-        tmp_path / "r.json",
-        tmp_path / "r.log",
-        timeout_s=120,
-    )
+    def bench_serve(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "moegate.vllm.bench_serve", *args],
+            capture_output=True, text=True, cwd=ROOT, check=False, env=env, timeout=120,
+        )  # fmt: skip
+
+    bench_args = ["--model", "m", "--max-concurrency", "4", "--num-prompts", "8", "--ignore-eos"]
+    proc = bench_serve("--json-out", str(tmp_path / "r.json"), "--", *bench_args)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads((tmp_path / "r.json").read_text())
     assert out["output_throughput"] == 50.0 and out["completed"] == 8 and out["model_id"] == "m"
     assert out["odd"].startswith("<object")  # non-JSON values are kept as their repr
-    assert json.loads((tmp_path / "r.json").read_text()) == out
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps(["--model", "m2", "--max-concurrency", "2"]))
-    proc = subprocess.run(
-        [sys.executable, "-m", "moegate.vllm.bench_serve", "--parse-only", "--args-json", str(args_file)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-        env={**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{tmp_path / 'site'}"},
-    )
+    proc = bench_serve("--parse-only", "--args-json", str(args_file))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["model"] == "m2"
-
-
-def test_bench_runner_failure_carries_the_log_tail(tmp_path):
-    try:
-        import vllm  # noqa: F401
-
-        pytest.skip("vLLM is importable here: the missing-vLLM path cannot be shown")
-    except ImportError:
-        pass
-    from moegate.ab.driver import run_bench_subprocess
-
-    b = SimpleNamespace(label="x", python=sys.executable, env={}, server_args=())
-    with pytest.raises(BenchError, match=r"(?s)benchmark exited 2.*cannot import vllm\.benchmarks\.serve"):
-        run_bench_subprocess(b, ["--model", "m"], tmp_path / "r.json", tmp_path / "r.log", timeout_s=120)
 
 
 def test_a_resumed_run_continues_the_same_schedule_and_keeps_the_first_sizing(tmp_path):

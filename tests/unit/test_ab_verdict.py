@@ -24,8 +24,6 @@ from moegate.ab.verdict import (
     welch,
 )
 
-pytestmark = pytest.mark.unit
-
 MIRROR = {IMPROVED: REGRESSED, REGRESSED: IMPROVED, WITHIN: WITHIN, NO_VERDICT: NO_VERDICT}
 
 

@@ -6,16 +6,13 @@ import shutil
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
 from moegate.vllm import names
 from moegate.vllm.names import TargetError
 from moegate.vllm.target import VllmTarget
-
-pytestmark = pytest.mark.unit
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
 
 
 def test_missing_vllm_names_the_fix(monkeypatch):

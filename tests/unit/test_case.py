@@ -8,8 +8,6 @@ from hypothesis import given
 from moegate.case import ExpertMap, MoECase, Placement, Routing, RoutingKind
 from strategies import moe_cases
 
-pytestmark = pytest.mark.unit
-
 
 @given(case=moe_cases())
 def test_json_round_trip(case):

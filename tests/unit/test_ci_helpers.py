@@ -14,10 +14,7 @@ from moegate import gate_plan, junit_min
 from moegate.case import MoECase
 from moegate.check import EXAMPLE_PREFIX, DispatchMismatch, assert_path, example_line
 from strategies import moe_cases
-
-pytestmark = pytest.mark.unit
-ROOT = Path(__file__).resolve().parents[2]
-
+from tests.support import ROOT
 
 # --- junit_min --------------------------------------------------------------------------
 

@@ -11,8 +11,6 @@ import pytest
 from moegate.e2e import goldens
 from moegate.e2e.goldens import GoldenError, Key
 
-pytestmark = pytest.mark.unit
-
 KEY = Key("greedy", "0.33.0", "NVIDIA H200", "bfloat16", "abcdef0123456789", ("--enforce-eager",), "p2-t4", 4)
 RECORDS = [{"prompt_id": "a", "token_ids": [1, 2, 3, 4]}, {"prompt_id": "b", "token_ids": [5, 6, 7, 8]}]
 PROV = {"vllm": "0.33.0", "device": "NVIDIA H200"}

@@ -9,8 +9,6 @@ from hypothesis import strategies as st
 from moegate.e2e import greedy
 from moegate.e2e.greedy import Completion, compare, first_divergence, parse_choice
 
-pytestmark = pytest.mark.unit
-
 
 @given(st.lists(st.integers(0, 9), max_size=20), st.lists(st.integers(0, 9), max_size=20))
 def test_first_divergence_is_the_first_position_that_differs(a, b):

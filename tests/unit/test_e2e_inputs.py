@@ -14,8 +14,6 @@ from moegate.e2e.build import Build, BuildError
 from moegate.e2e.datasets import DataError
 from moegate.e2e.server import Server, ServerError, resolve_model
 
-pytestmark = pytest.mark.unit
-
 
 def test_a_gsm8k_file_with_another_checksum_is_refused(tmp_path):
     (tmp_path / "test.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')

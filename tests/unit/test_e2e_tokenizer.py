@@ -12,8 +12,6 @@ pytest.importorskip("tokenizers", reason="the tokenizer is trained with tokenize
 from moegate.e2e.datasets import DataError, gsm8k_file
 from moegate.e2e.tokenizer import SPECIAL, train_tokenizer
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(scope="module")
 def train_data():

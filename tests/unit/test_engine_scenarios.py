@@ -17,9 +17,8 @@ import pytest
 
 from moegate.engine import SCENARIOS, engine_kwargs, prompts
 from moegate.tiny_model import TinyMoESpec
+from tests.support import ROOT
 
-pytestmark = pytest.mark.unit
-ROOT = Path(__file__).resolve().parents[2]
 SPEC = TinyMoESpec()
 # expert weight names relative to a decoder layer, as vLLM 0.32.0's engine registers them (observed on
 # the CPU build) and vLLM 0.33.0's source does: the runner holds a RoutedExperts submodule

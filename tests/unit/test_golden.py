@@ -8,8 +8,6 @@ import pytest
 
 from moegate import golden
 
-pytestmark = pytest.mark.unit
-
 
 def test_missing_golden_fails_and_leaves_obtained(tmp_path: Path):
     with pytest.raises(golden.GoldenMissing, match="missing"):

@@ -38,8 +38,6 @@ from moegate.power.regions import FUSED_MOE, TRITON_MOE, find_regions
 from moegate.power.report import render_markdown
 from moegate.power.run import EQUIVALENTS_FILE, ROOT
 
-pytestmark = pytest.mark.unit
-
 FUSED = textwrap.dedent(
     '''\
     """A synthetic stand-in for vllm's fused_moe.py: same names, tiny bodies."""

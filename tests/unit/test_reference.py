@@ -18,8 +18,6 @@ from hypothesis import strategies as st
 from moegate.case import ExpertMap, Quant
 from moegate.reference import Reference, compare, dequantize, reference_moe, tolerance, unpack_int4
 
-pytestmark = pytest.mark.unit
-
 
 def dense_moe(x, w1, w2, topk_weights, topk_ids, expert_map=None, on_input=False):
     """Every token through every expert, then a one-hot combine: no loop, no indexing by expert."""

@@ -20,8 +20,6 @@ from moegate.case import Quant
 from moegate.kernel_inputs import _fp8_weights
 from moegate.reference import FP8_MAX, compare, dequantize, quantize_activation, reference_moe
 
-pytestmark = pytest.mark.unit
-
 PER_TENSOR, BLOCK = Quant("fp8_w8a8", 0), Quant("fp8_w8a8", 4)
 FP8_STEP = 2.0**-3  # float8_e4m3fn: 3 explicit mantissa bits
 

@@ -1,6 +1,8 @@
-"""The executable spec against the rule as DESIGN.md states it: examples first, then properties."""
+"""The executable spec against the rule as docs/spec.md states it: examples first, then properties."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -9,8 +11,6 @@ from hypothesis import strategies as st
 from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, DispatchPath, ExpertMap, MoECase, Placement, Quant
 from moegate.spec import expected_path, experts_counted, in_naive_region
 from strategies import moe_cases
-
-pytestmark = pytest.mark.unit
 
 DEVICE, W13, W2, BOTH = ALL_PLACEMENTS
 
@@ -21,7 +21,7 @@ DEVICE, W13, W2, BOTH = ALL_PLACEMENTS
 )
 @pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
 def test_design_probe_case(placement, want, entrypoint):
-    """DESIGN.md's measured probe: 2 tokens, 64 experts, top-2 on vLLM 0.33.0."""
+    """The measured probe of docs/spec.md: 2 tokens, 64 experts, top-2 on vLLM 0.33.0."""
     case = MoECase(num_tokens=2, top_k=2, num_experts=64, placement=placement)
     assert expected_path(case, entrypoint).path is want
 
@@ -57,7 +57,7 @@ def test_modular_wna16_always_aligns_but_legacy_per_channel_may_not():
 @pytest.mark.parametrize("group", [0, 128])
 def test_fp8_follows_the_unquantized_rule_even_with_blocks(group):
     device = MoECase(num_tokens=1, top_k=2, num_experts=64, quant=Quant("fp8_w8a8", group))
-    host = MoECase.from_dict({**device.to_dict(), "placement": {"w13_host": True, "w2_host": False}})
+    host = replace(device, placement=W13)
     for ep in ENTRYPOINTS:
         assert expected_path(device, ep).path is DispatchPath.NAIVE
         assert expected_path(host, ep).path is DispatchPath.SORTED
@@ -88,14 +88,14 @@ def test_host_resident_is_always_sorted(case, entrypoint):
 
 @given(case=moe_cases(), entrypoint=st.sampled_from(ENTRYPOINTS))
 def test_naive_exactly_in_region_for_plain_device_weights(case, entrypoint):
-    device_case = MoECase.from_dict({**case.to_dict(), "placement": {"w13_host": False, "w2_host": False}})
+    device_case = replace(case, placement=DEVICE)
     naive = expected_path(device_case, entrypoint).path is DispatchPath.NAIVE
     assert naive == in_naive_region(device_case, entrypoint)
 
 
 @given(case=moe_cases(), extra=st.integers(1, 64))
 def test_more_tokens_never_turn_sorted_into_naive(case, extra):
-    bigger = MoECase.from_dict({**case.to_dict(), "num_tokens": case.num_tokens + extra})
+    bigger = replace(case, num_tokens=case.num_tokens + extra)
     if expected_path(case, "legacy").path is DispatchPath.SORTED:
         assert expected_path(bigger, "legacy").path is DispatchPath.SORTED
 

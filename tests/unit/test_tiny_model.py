@@ -15,9 +15,8 @@ pytest.importorskip("transformers", reason="the tiny-model builder needs transfo
 
 from moegate import tiny_model
 from moegate.tiny_model import BUILD_INFO, TinyMoESpec, build
+from tests.support import ROOT
 
-pytestmark = pytest.mark.unit
-ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"layers": 2, "hidden": 128, "experts": 16, "top_k": 2, "moe_intermediate": 64, "vocab": 256}
 """A faster shape for the properties that do not depend on the default one."""
 

@@ -15,11 +15,8 @@ import ast
 import textwrap
 from pathlib import Path
 
-import pytest
+from tests.support import ROOT
 
-pytestmark = pytest.mark.unit
-
-ROOT = Path(__file__).resolve().parents[2]
 ROOTS = ("moegate", "strategies", "tests", "bench", "tools")
 FILES = ("noxfile.py",)
 VLLM_PACKAGE = Path("moegate") / "vllm"

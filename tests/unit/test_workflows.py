@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import copy
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import ROOT
+
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed here (the unit env has it: nox -s unit)")
 
-pytestmark = pytest.mark.unit
-ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [ROOT / "examples" / "vllm-caller.yml"]
 GATE, REUSABLE = "gate.yml", "moegate.yml"
 FINAL_JOB = {GATE: "gate", REUSABLE: "verdict"}  # the job that must need every other job

@@ -1,0 +1,35 @@
+"""Tier markers come from the directory a test lives in (``tests/conftest.py``), and match pyproject's list."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from tests.support import ROOT, TIERS
+
+
+def test_a_unit_test_carries_the_unit_marker_and_no_other_tier(request: pytest.FixtureRequest) -> None:
+    tiers = {m.name for m in request.node.iter_markers() if m.name in TIERS}
+    assert tiers == {"unit"}
+
+
+def test_every_tier_directory_is_a_registered_marker_and_back() -> None:
+    declared = {
+        line.split(":", 1)[0]
+        for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    }
+    dirs = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    assert set(TIERS) == declared == dirs
+
+
+def test_selecting_by_marker_selects_by_directory() -> None:
+    """``-m kernels`` collects exactly the tests under tests/kernels/ (collection only: nothing runs)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "kernels", "tests"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    ).stdout  # fmt: skip
+    ids = [line for line in out.splitlines() if "::" in line]
+    assert ids and all(i.startswith("tests/kernels/") for i in ids), out[-2000:]
