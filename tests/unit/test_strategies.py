@@ -60,8 +60,43 @@ def test_kernel_shapes_stay_in_the_fixed_set(case):
     assert in_naive_region(case)
 
 
-def test_pinned_examples_straddle_the_threshold():
-    on = [c for c in BOUNDARY_EXAMPLES if c.pairs * SPARSITY_FACTOR == c.num_experts]
-    past = [c for c in BOUNDARY_EXAMPLES if c.pairs * SPARSITY_FACTOR > c.num_experts]
+@pytest.mark.parametrize("shared", [False, True], ids=["plain", "shared rows"])
+def test_pinned_examples_straddle_the_threshold(shared):
+    pinned = [c for c in BOUNDARY_EXAMPLES if (c.shared_experts > 0) == shared]
+    on = [c for c in pinned if c.pairs * SPARSITY_FACTOR == c.total_experts]
+    past = [c for c in pinned if c.pairs * SPARSITY_FACTOR > c.total_experts]
     assert on and past
     assert {c.placement for c in on} == set(ALL_PLACEMENTS)
+    assert {c.placement for c in past} == set(ALL_PLACEMENTS)
+
+
+@pytest.mark.parametrize("shared", [0, 1, 2])
+def test_shared_row_counts_are_drawn(shared):
+    find(moe_cases(shared=None), lambda c: c.shared_experts == shared, settings=FIND)
+
+
+def test_shared_rows_are_drawn_with_an_expert_map():
+    find(moe_cases(shared=True, expert_map=True), lambda c: c.expert_map is not None, settings=FIND)
+
+
+def test_exact_boundary_with_shared_rows_is_drawn():
+    find(
+        moe_cases(shared=True),
+        lambda c: c.pairs * SPARSITY_FACTOR == c.total_experts and c.num_tokens > 1,
+        settings=FIND,
+    )
+
+
+@given(case=moe_cases(region="naive", shared=True))
+def test_naive_region_strategy_with_shared_rows_stays_inside(case):
+    assert in_naive_region(case) and case.shared_experts > 0
+
+
+@given(case=moe_cases(region="outside", shared=True))
+def test_outside_region_strategy_with_shared_rows_stays_outside(case):
+    assert not in_naive_region(case) and case.shared_experts > 0
+
+
+@given(case=moe_cases())
+def test_shared_rows_only_when_asked(case):
+    assert case.shared_experts == 0
