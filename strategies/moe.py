@@ -236,6 +236,10 @@ def moe_cases(
     elif region == "outside":
         num_tokens = _fold(raw, limit + 1, max(limit + 1, max_tokens, limit + 8))
     elif draw(_ON_BOUNDARY):
+        if n_shared and not kernel_shapes and limit >= 1:
+            # experts + shared is odd or 2 mod 4 for every model-like count, so the threshold
+            # is never met exactly by the token count alone: snap the routed count onto it
+            num_experts = limit * (top_k + n_shared) * SPARSITY_FACTOR - n_shared
         num_tokens = max(1, limit + draw(_NEAR))
     else:
         num_tokens = _fold(raw, 1, max_tokens)

@@ -11,7 +11,7 @@ from strategies import BOUNDARY_EXAMPLES, moe_cases
 
 pytestmark = pytest.mark.unit
 
-FIND = settings(max_examples=500, database=None, deadline=None)
+FIND = settings(max_examples=500, database=None, deadline=None, derandomize=True)  # a find that passed once always does
 
 
 @pytest.mark.parametrize("placement", ALL_PLACEMENTS, ids=lambda p: p.label)
