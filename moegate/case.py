@@ -84,10 +84,17 @@ class ExpertMap:
         start, end = self.local_range(num_experts)
         return end - start
 
-    def as_list(self, num_experts: int) -> list[int]:
-        """Global id -> local id, -1 for experts owned by another rank (vLLM's layout)."""
+    def as_list(self, num_experts: int, shared_experts: int = 0) -> list[int]:
+        """Global id -> local id, -1 for experts owned by another rank (vLLM's layout).
+
+        ``num_experts`` counts the routed experts, the ones split between ranks.
+        Fused shared-expert rows are not split: every rank holds all of them after
+        its own routed rows, so global id ``num_experts + i`` maps to local row
+        ``local_count + i`` on every rank, never to -1.
+        """
         start, end = self.local_range(num_experts)
-        return [i - start if start <= i < end else -1 for i in range(num_experts)]
+        routed = [i - start if start <= i < end else -1 for i in range(num_experts)]
+        return routed + [end - start + i for i in range(shared_experts)]
 
 
 WNA16_SCHEMES: tuple[str, ...] = ("int8_w8a16", "int4_w4a16")
@@ -120,6 +127,13 @@ class Quant:
     def weight_only(self) -> bool:
         """True for the wNa16 schemes (the ones the dispatch rule names)."""
         return self.scheme in WNA16_SCHEMES
+
+
+SHARED_EXPERT_WEIGHT = 1.0
+"""Router weight of a fused shared-expert slot: its output is added in full, as the separate shared MLP's was.
+
+(vLLM uses ``1 / routed_scaling_factor`` instead when it scales the whole output by that factor afterwards;
+the net contribution is the same.)"""
 
 
 class RoutingKind(str, Enum):
@@ -171,7 +185,20 @@ class Routing:
 
 @dataclass(frozen=True)
 class MoECase:
-    """One fused-MoE call: shapes, routing, weight placement and kernel options."""
+    """One fused-MoE call: shapes, routing, weight placement and kernel options.
+
+    ``num_experts`` and ``top_k`` describe the routed experts. ``shared_experts``
+    > 0 describes a model whose shared experts are fused into the routed ones
+    (DeepSeek-V2/V3, GLM-4.5, Qwen3-Next and MiniMax-M3 in vLLM when shared-expert
+    fusion is on): their weights are extra rows of w13 and w2 after the routed
+    rows, every token is routed to each of them on top of its top-k (global ids
+    ``num_experts .. num_experts + shared_experts - 1``, router weight
+    ``SHARED_EXPERT_WEIGHT``), and under expert parallelism every rank holds them.
+    So an entrypoint sees ``top_k + shared_experts`` ids per token
+    (``topk_columns``) over ``num_experts + shared_experts`` experts
+    (``total_experts``). 0, the default, is the plain routed layer, and a case
+    without shared rows serializes exactly as before the field existed.
+    """
 
     num_tokens: int
     top_k: int
@@ -184,6 +211,7 @@ class MoECase:
     expert_map: ExpertMap | None = None
     quant: Quant | None = None
     apply_router_weight_on_input: bool = False
+    shared_experts: int = 0  # fused shared-expert rows appended after the routed ones (see the class docstring)
 
     def __post_init__(self) -> None:
         problems = []
@@ -195,30 +223,56 @@ class MoECase:
             problems.append(f"dtype={self.dtype!r} not in {DTYPES}")
         if self.expert_map is not None and not 0 <= self.expert_map.ep_rank < self.expert_map.ep_size:
             problems.append(f"ep_rank={self.expert_map.ep_rank} not in [0, ep_size={self.expert_map.ep_size})")
+        if self.shared_experts < 0:
+            problems.append(f"shared_experts={self.shared_experts} < 0")
         if self.apply_router_weight_on_input and self.top_k != 1:
             problems.append("apply_router_weight_on_input needs top_k == 1")
+        elif self.apply_router_weight_on_input and self.shared_experts > 0:
+            # vLLM scales the input by the router weight only when a token has a single expert id
+            problems.append(
+                f"apply_router_weight_on_input needs one expert id per token; shared_experts={self.shared_experts} adds more"
+            )
         if problems:
             raise ValueError("invalid MoECase: " + "; ".join(problems))
 
     # --- derived facts -------------------------------------------------------
 
     @property
+    def topk_columns(self) -> int:
+        """Expert ids per token as the entrypoints receive them (``topk_ids.shape[1]``): routed plus shared."""
+        return self.top_k + self.shared_experts
+
+    @property
     def pairs(self) -> int:
-        """(token, expert) pairs: the naive path launches one block per pair."""
-        return self.num_tokens * self.top_k
+        """(token, expert) pairs, shared slots included: the naive path launches one block per pair."""
+        return self.num_tokens * self.topk_columns
+
+    @property
+    def total_experts(self) -> int:
+        """Every expert id the router can emit: the routed experts, then the fused shared rows."""
+        return self.num_experts + self.shared_experts
 
     @property
     def local_experts(self) -> int:
-        """Experts whose weights this rank holds: ``w1.shape[0]``."""
+        """Experts whose weights this rank holds, ``w1.shape[0]``: its routed experts plus every shared row."""
+        routed = self.num_experts if self.expert_map is None else self.expert_map.local_count(self.num_experts)
+        return routed + self.shared_experts
+
+    def expert_map_list(self) -> list[int] | None:
+        """The expert map as vLLM takes it (global id -> local row, -1 remote), shared rows local; None without EP."""
         if self.expert_map is None:
-            return self.num_experts
-        return self.expert_map.local_count(self.num_experts)
+            return None
+        return self.expert_map.as_list(self.num_experts, self.shared_experts)
 
     def topk_ids(self) -> list[list[int]]:
-        return self.routing.topk_ids(self.num_tokens, self.top_k, self.num_experts)
+        """Each token's routed ids, then the shared ids in order (vLLM appends them after the routed top-k)."""
+        shared = list(range(self.num_experts, self.total_experts))
+        return [row + shared for row in self.routing.topk_ids(self.num_tokens, self.top_k, self.num_experts)]
 
     def topk_weights(self) -> list[list[float]]:
-        return self.routing.topk_weights(self.num_tokens, self.top_k)
+        """The routed weights (summing to one), then ``SHARED_EXPERT_WEIGHT`` for each shared slot."""
+        shared = [SHARED_EXPERT_WEIGHT] * self.shared_experts
+        return [row + shared for row in self.routing.topk_weights(self.num_tokens, self.top_k)]
 
     # --- reproducers ---------------------------------------------------------
 
@@ -230,6 +284,8 @@ class MoECase:
             f"top_k={self.top_k}",
             f"experts={self.num_experts}",
         ]
+        if self.shared_experts:
+            bits.append(f"shared={self.shared_experts}")
         if self.expert_map is not None:
             bits.append(f"ep={self.expert_map.ep_rank}/{self.expert_map.ep_size}")
         if self.quant is not None:
@@ -237,8 +293,11 @@ class MoECase:
         return " ".join(bits)
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON; ``shared_experts`` appears only when non-zero, so older reproducers stay identical."""
         d = dataclasses.asdict(self)
         d["routing"]["kind"] = self.routing.kind.value
+        if not self.shared_experts:
+            del d["shared_experts"]
         return d
 
     def to_json(self) -> str:

@@ -4,6 +4,10 @@ Stored in ``golden/dispatch-table.tsv``. Any change to vLLM's dispatch policy,
 intended or not, shows up in review as changed rows, each with the spec's
 reason beside it; a refactor that silently bypasses a path is caught even where
 outputs stay equal.
+
+Cases with fused shared-expert rows follow the plain grid, so adding them added
+rows at the end and changed none: their ``experts`` column reads
+``routed+shared`` (``64+1``), ``top_k`` stays the routed top-k.
 """
 
 from __future__ import annotations
@@ -20,14 +24,30 @@ EXPERTS = (8, 16, 32, 64, 128, 256)
 EXPERT_MAPS: tuple[ExpertMap | None, ...] = (None, ExpertMap(ep_size=2, ep_rank=0))
 QUANTS: tuple[Quant | None, ...] = (None, Quant("int4_w4a16", 128), Quant("fp8_w8a8", 128))
 """Unquantized; grouped wNa16 (always aligns); fp8 128 x 128 blocks (``block_shape[1] > 0`` but not wNa16)."""
+SHARED_EXPERTS = (1, 2)
+"""Fused shared-expert rows of the shared grid (unquantized: quantization meets the rule the same way with them)."""
 
 COLUMNS = ("tokens", "top_k", "experts", "placement", "expert_map", "quant", "legacy", "modular", "spec")
 
 
 def grid() -> Iterator[MoECase]:
+    """The plain grid, then the same shapes with fused shared-expert rows (after it, so old rows keep their place)."""
     for tokens, k, e, p, em, q in itertools.product(TOKENS, TOP_KS, EXPERTS, ALL_PLACEMENTS, EXPERT_MAPS, QUANTS):
         yield MoECase(
             num_tokens=tokens, top_k=k, num_experts=e, hidden=128, intermediate=128, placement=p, expert_map=em, quant=q
+        )
+    for shared, tokens, k, e, p, em in itertools.product(
+        SHARED_EXPERTS, TOKENS, TOP_KS, EXPERTS, ALL_PLACEMENTS, EXPERT_MAPS
+    ):
+        yield MoECase(
+            num_tokens=tokens,
+            top_k=k,
+            num_experts=e,
+            hidden=128,
+            intermediate=128,
+            placement=p,
+            expert_map=em,
+            shared_experts=shared,
         )
 
 
@@ -41,7 +61,8 @@ def row(case: MoECase, observe: Callable[[MoECase, str], str]) -> str:
     )
     em = "none" if case.expert_map is None else f"ep{case.expert_map.ep_rank}/{case.expert_map.ep_size}"
     q = "off" if case.quant is None else f"{case.quant.scheme}/g{case.quant.group_size}"
-    fields = [case.num_tokens, case.top_k, case.num_experts, case.placement.label, em, q, *paths, spec]
+    experts = f"{case.num_experts}+{case.shared_experts}" if case.shared_experts else case.num_experts
+    fields = [case.num_tokens, case.top_k, experts, case.placement.label, em, q, *paths, spec]
     return "\t".join(str(f) for f in fields) + "\n"
 
 

@@ -11,6 +11,15 @@ product and ``y_e`` is not scaled after). Everything is computed in float32 from
 the same rounded inputs the kernel gets. With an expert map, global ids map to
 local ones and experts owned by another rank (``-1``) contribute zero.
 
+Fused shared experts need nothing of their own: a shared expert is one more
+row of w1 and w2 (after the routed rows) and one more id in every token's
+top-k (after the routed ids) with its router weight, so the sum above already
+adds it in full for every token. Under an expert map the map sends the shared
+ids to this rank's rows after its routed ones (every rank holds them), so they
+are never remote. What the reference does check is that every id reaches a
+row (``check_ids``): a shared id beyond w1's rows or beyond the map is a
+malformed call, not an expert to drop.
+
 No vLLM import here: the unit tier runs this on a CPU with torch alone.
 
 Tolerance rule (``tolerance``)
@@ -254,6 +263,32 @@ def _reference_fp8(
     return Reference(out, mag)
 
 
+def check_ids(topk_ids: torch.Tensor, rows: int, expert_map: torch.Tensor | None = None) -> torch.Tensor:
+    """The local row of each routed id (-1: another rank's expert), after checking every id reaches a row.
+
+    Without an expert map, ids index w1's ``rows`` directly (the routed rows, then
+    any fused shared rows). With one, ids index the map, which must cover the
+    shared ids too, and the map's entries must be rows of w1 or -1.
+    """
+    ids = topk_ids.long()
+    if ids.numel() == 0:
+        return ids
+    space = rows if expert_map is None else expert_map.numel()
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= space:
+        what = f"w1's {rows} rows" if expert_map is None else f"the expert map's {space} entries"
+        raise ValueError(
+            f"topk_ids span [{lo}, {hi}] but index {what}: fused shared-expert ids need their rows "
+            "(and their expert-map entries) after the routed ones"
+        )
+    if expert_map is None:
+        return ids
+    local = expert_map.long()[ids]
+    if int(local.max()) >= rows or int(local.min()) < -1:
+        raise ValueError(f"the expert map sends ids to local rows up to {int(local.max())}, but w1 has {rows} rows")
+    return local
+
+
 def reference_moe(
     hidden_states: torch.Tensor,
     w1: torch.Tensor,
@@ -274,9 +309,7 @@ def reference_moe(
     """
     x = hidden_states.float()
     m, k = x.shape
-    ids = topk_ids.long()
-    if expert_map is not None:
-        ids = expert_map.long()[ids]
+    ids = check_ids(topk_ids, w1.shape[0], expert_map)
     weights = topk_weights.float()
     if quant is not None and not quant.weight_only:
         assert w1_scale is not None and w2_scale is not None, "fp8 weights need their scales"
@@ -403,9 +436,7 @@ def compare_fp8(
     n = w2.shape[2]
     u = UNIT_ROUNDOFF[FP8_COMPUTE_DTYPE]
     c = SPREAD * (ROUNDINGS + OPERAND_ROUNDINGS["fp8"])
-    ids = topk_ids.long()
-    if expert_map is not None:
-        ids = expert_map.long()[ids]
+    ids = check_ids(topk_ids, w1.shape[0], expert_map)
     weights = topk_weights.float()
 
     # 1. the kernel's fp8 input is a rounding of the input

@@ -5,6 +5,14 @@ vLLM's code: for a case and an entrypoint, which block-assignment path the Trito
 fused-MoE must take, and the first clause of the rule that decides it. The
 clauses are checked in a fixed order so the reason is stable and reviewable in
 the dispatch-table golden.
+
+Fused shared-expert rows (``MoECase.shared_experts``) are experts like any
+other as far as the rule is concerned: each adds a row to w13 and w2 and an id
+to every token's top-k. So the rule's "experts" counts them (all of w1's rows
+without an expert map, the whole id space with one) and its "top_k" is the
+number of ids per token, shared slots included. Nothing else changes: an expert
+map still forces sorted, and host residency of either weight still forces
+sorted, whether or not the host-resident rows are shared ones.
 """
 
 from __future__ import annotations
@@ -32,12 +40,21 @@ def experts_counted(case: MoECase, entrypoint: str) -> int:
     The legacy entrypoint is handed the global count. The modular one counts
     ``w1.shape[0]`` (the local experts) unless an expert map is given, in which
     case it uses the global count; without an expert map the two are equal.
+    With fused shared rows, "global" is the whole id space the map covers
+    (routed experts plus shared rows) and ``w1.shape[0]`` holds the shared rows
+    too, so again the two agree without an expert map.
     """
     if entrypoint not in ENTRYPOINTS:
         raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
     if entrypoint == "modular" and case.expert_map is None:
         return case.local_experts
-    return case.num_experts
+    return case.total_experts
+
+
+def _pairs_text(case: MoECase) -> str:
+    """``tokens*ids_per_token*4=N`` as the reasons print it; shared slots show as ``(top_k+shared)``."""
+    k = str(case.top_k) if not case.shared_experts else f"({case.top_k}+{case.shared_experts})"
+    return f"{case.num_tokens}*{k}*{SPARSITY_FACTOR}={case.pairs * SPARSITY_FACTOR}"
 
 
 def in_naive_region(case: MoECase, entrypoint: str = "legacy") -> bool:
@@ -66,12 +83,12 @@ def expected_path(case: MoECase, entrypoint: str, *, host_rule: bool = True) -> 
     if case.pairs * SPARSITY_FACTOR > counted:
         return Decision(
             DispatchPath.SORTED,
-            f"outside naive region: {case.num_tokens}*{case.top_k}*{SPARSITY_FACTOR}={case.pairs * SPARSITY_FACTOR} > {counted}",
+            f"outside naive region: {_pairs_text(case)} > {counted}",
         )
     if host_rule and case.placement.host_resident:
         return Decision(DispatchPath.SORTED, f"host-resident weights ({case.placement.label})")
     return Decision(
         DispatchPath.NAIVE,
-        f"naive region: {case.num_tokens}*{case.top_k}*{SPARSITY_FACTOR}={case.pairs * SPARSITY_FACTOR} <= {counted}"
+        f"naive region: {_pairs_text(case)} <= {counted}"
         + ("" if not case.placement.host_resident else ", host rule off"),
     )

@@ -1,7 +1,7 @@
 """Tensors for a case, built without vLLM: layouts, routing, and decision-only inputs.
 
-The layouts here (w13 ``[E_local, 2N, K]``, w2 ``[E_local, K, N]``, int4 packed two
-per byte, scale shapes) are shared with the kernel tier's ``moegate.kernel_inputs``,
+The layouts here (w13 ``[E_local, 2N, K]``, w2 ``[E_local, K, N]`` with any fused
+shared-expert rows after the routed ones, int4 packed two per byte, scale shapes) are shared with the kernel tier's ``moegate.kernel_inputs``,
 which draws real values; the dispatch tier only needs ``decision_tensors``.
 """
 
@@ -22,9 +22,9 @@ class CaseTensors:
     hidden_states: torch.Tensor  # [M, K]
     w1: torch.Tensor  # [E_local, 2N, K] (K//2 packed for int4; float8_e4m3fn for fp8)
     w2: torch.Tensor  # [E_local, K, N] (N//2 packed for int4)
-    topk_weights: torch.Tensor  # [M, top_k] float32
-    topk_ids: torch.Tensor  # [M, top_k] int32, global expert ids
-    expert_map: torch.Tensor | None  # [E] int32, global -> local or -1
+    topk_weights: torch.Tensor  # [M, top_k + shared] float32
+    topk_ids: torch.Tensor  # [M, top_k + shared] int32, global expert ids (shared rows last)
+    expert_map: torch.Tensor | None  # [E + shared] int32, global -> local or -1 (shared rows always local)
     w1_scale: torch.Tensor | None = None
     w2_scale: torch.Tensor | None = None
 
@@ -89,9 +89,8 @@ def decision_tensors(case: MoECase, device: torch.device | str = "cpu") -> CaseT
     dtype = torch_dtype(case.dtype)
     s1, s2 = weight_shapes(case)
     topk_weights, topk_ids = routing_tensors(case, device)
-    expert_map = None
-    if case.expert_map is not None:
-        expert_map = torch.tensor(case.expert_map.as_list(case.num_experts), dtype=torch.int32, device=device)
+    emap = case.expert_map_list()
+    expert_map = None if emap is None else torch.tensor(emap, dtype=torch.int32, device=device)
     w1, w2 = _empty_weights(s1, s2, _weight_dtype(case), str(device))
     hidden = torch.empty((case.num_tokens, case.hidden), dtype=dtype, device=device)
     scales = scale_shapes(case)

@@ -6,6 +6,11 @@ so those are drawn to reach every clause of the rule, and the boundary
 builds a case on or next to it, ``hypothesis.target`` (``aim_at_boundary``) in the
 tests, and pinned ``@example`` cases (``BOUNDARY_EXAMPLES`` / ``pin_boundaries``).
 
+Fused shared-expert rows (``MoECase.shared_experts``) are drawn as real models
+have them, one or two (``SHARED_EXPERT_COUNTS``), and every region and the
+boundary are computed over what the entrypoints see: ``top_k + shared`` ids per
+token over ``experts + shared`` rows.
+
 Routing is drawn as a recipe (kind, seed, pool) rather than as a tensor: it
 changes nothing about the decision, keeps each example cheap to build, and a
 shrunk counterexample still names a reproducible routing.
@@ -38,6 +43,9 @@ COMMON_EXPERT_COUNTS = (8, 16, 32, 60, 64, 128, 256)
 
 MAX_EXPERTS = 512
 MAX_TOKENS = 64
+
+SHARED_EXPERT_COUNTS = (1, 2)
+"""Fused shared experts per layer in real models: 1 (DeepSeek-V3, GLM-4.5, Qwen3-Next, MiniMax-M3), 2 (DeepSeek-V2)."""
 
 KERNEL_SHAPES: tuple[tuple[int, int, int], ...] = (
     # (experts, hidden, intermediate). The kernel tier draws shapes from this small
@@ -162,6 +170,7 @@ _HIDDEN = hidden_sizes()
 _INTER = intermediate_sizes()
 _KERNEL_SHAPES = st.sampled_from(KERNEL_SHAPES)
 _BOOL = st.booleans()
+_SHARED = st.sampled_from(SHARED_EXPERT_COUNTS)
 
 
 def _fold(raw: int, lo: int, hi: int) -> int:
@@ -182,6 +191,7 @@ def moe_cases(
     dtype: str | None = None,
     kernel_shapes: bool = False,
     max_tokens: int = MAX_TOKENS,
+    shared: bool | None = False,
 ) -> MoECase:
     """A fused-MoE case.
 
@@ -191,33 +201,45 @@ def moe_cases(
     ``schemes``: the quantization family (``SCHEME_FAMILIES``); ``group``: grouped
     (block-wise for fp8), per-channel (per-tensor for fp8) or either.
     ``kernel_shapes``: experts/hidden/intermediate from ``KERNEL_SHAPES``.
+    ``shared``: fused shared-expert rows always, never (the default) or either;
+    the region is then the one over ``top_k + shared`` ids and ``experts + shared`` rows.
     """
     if isinstance(placement, Placement):
         placement_value = placement
     else:
         placement_value = draw(placement if placement is not None else _PLACEMENTS)
 
+    n_shared = draw(_SHARED) if draw(_PRESENT[shared]) else 0
     top_k = draw(_TOP_K)
     if kernel_shapes:
         num_experts, hidden, inter = draw(_KERNEL_SHAPES)
         top_k = min(top_k, num_experts)
     else:
         hidden, inter = draw(_HIDDEN), draw(_INTER)
-        lo = top_k * SPARSITY_FACTOR if region == "naive" else top_k
+        # the naive region needs (experts + shared) >= (top_k + shared) * 4
+        lo = (top_k + n_shared) * SPARSITY_FACTOR - n_shared if region == "naive" else top_k
         num_experts = draw(_EXPERTS)
         if num_experts < lo:
             num_experts = _fold(num_experts, lo, MAX_EXPERTS)
 
-    limit = num_experts // (top_k * SPARSITY_FACTOR)  # largest token count still in the region
+    def region_limit() -> int:
+        """The largest token count still in the naive region (0: none)."""
+        return (num_experts + n_shared) // ((top_k + n_shared) * SPARSITY_FACTOR)
+
+    limit = region_limit()
     raw = draw(_RAW_TOKENS)
     if region == "naive":
         if limit < 1:  # only with kernel_shapes: this shape has no naive region at this top_k
             top_k = 1
-            limit = num_experts // SPARSITY_FACTOR
+            limit = region_limit()
         num_tokens = _fold(raw, 1, max(1, limit))
     elif region == "outside":
         num_tokens = _fold(raw, limit + 1, max(limit + 1, max_tokens, limit + 8))
     elif draw(_ON_BOUNDARY):
+        if n_shared and not kernel_shapes and limit >= 1:
+            # experts + shared is odd or 2 mod 4 for every model-like count, so the threshold
+            # is never met exactly by the token count alone: snap the routed count onto it
+            num_experts = limit * (top_k + n_shared) * SPARSITY_FACTOR - n_shared
         num_tokens = max(1, limit + draw(_NEAR))
     else:
         num_tokens = _fold(raw, 1, max_tokens)
@@ -236,7 +258,7 @@ def moe_cases(
     if dtype is None:
         # wNa16 kernels take 16-bit activations only; fp8 models run with 16-bit activations
         dtype = draw(_DTYPES_16 if q is not None else _DTYPES)
-    on_input = top_k == 1 and draw(_BOOL)
+    on_input = top_k == 1 and n_shared == 0 and draw(_BOOL)
     return MoECase(
         num_tokens=num_tokens,
         top_k=top_k,
@@ -249,12 +271,13 @@ def moe_cases(
         expert_map=emap,
         quant=q,
         apply_router_weight_on_input=on_input,
+        shared_experts=n_shared,
     )
 
 
 def aim_at_boundary(case: MoECase) -> None:
-    """Steer generation towards ``tokens * top_k * 4 == experts`` (call inside a test)."""
-    target(-abs(case.pairs * SPARSITY_FACTOR - case.num_experts), label="distance to naive threshold")
+    """Steer generation towards ``tokens * top_k * 4 == experts``, shared rows counted (call inside a test)."""
+    target(-abs(case.pairs * SPARSITY_FACTOR - case.total_experts), label="distance to naive threshold")
 
 
 def _boundary_examples() -> tuple[MoECase, ...]:
@@ -272,6 +295,19 @@ def _boundary_examples() -> tuple[MoECase, ...]:
     for tokens, k, experts in grid:
         for p in ALL_PLACEMENTS:
             cases.append(MoECase(num_tokens=tokens, top_k=k, num_experts=experts, placement=p))
+    # fused shared rows, (tokens, top_k, routed experts, shared): the same threshold over top_k + shared ids
+    # per token and experts + shared rows
+    shared_grid = [
+        (1, 1, 7, 1),  # 1*(1+1)*4 == 7+1: on the threshold; naive only because the shared row is counted
+        (1, 1, 6, 1),  # 8 > 6+1: sorted; leaving the shared slot out of top_k would say naive
+        (7, 8, 256, 1),  # DeepSeek-V3 (256 routed, 1 shared, top-8) at 7 tokens: 7*9*4=252 <= 257, naive
+        (8, 8, 256, 1),  # at 8 tokens: 288 > 257, sorted, where the same model without the fused row is naive
+        (2, 6, 64, 2),  # DeepSeek-V2-Lite (64 routed, 2 shared, top-6): 2*8*4=64 <= 66, naive
+        (3, 6, 64, 2),  # 96 > 66: sorted
+    ]
+    for tokens, k, experts, shared in shared_grid:
+        for p in ALL_PLACEMENTS:
+            cases.append(MoECase(num_tokens=tokens, top_k=k, num_experts=experts, placement=p, shared_experts=shared))
     return tuple(cases)
 
 

@@ -325,13 +325,18 @@ class VllmTarget:
             t.topk_ids,
             activation=activation,
             apply_router_weight_on_input=case.apply_router_weight_on_input,
-            global_num_experts=case.num_experts,
+            global_num_experts=case.total_experts,  # see _modular: the shared rows are counted
             expert_map=t.expert_map,
             quant_config=self._quant_config(case, t),
         )
 
     def _experts(self, case: MoECase, t: CaseTensors) -> Any:
-        """A TritonExperts (TritonWNA16Experts for wNa16 weights), built as vLLM's layer builds it."""
+        """A TritonExperts (TritonWNA16Experts for wNa16 weights), built as vLLM's layer builds it.
+
+        With fused shared experts vLLM's layer keeps the routed counts in the config
+        (``num_experts``, ``experts_per_token``) and counts the shared rows only among
+        the local experts; so does this.
+        """
         cfgmod = importlib.import_module(names.FUSED_MOE_CONFIG)
         key = (case.num_experts, case.local_experts, case.top_k, case.hidden, case.intermediate, case.dtype, case.quant)
         if case.quant is None and key in self._experts_cache:
@@ -364,11 +369,20 @@ class VllmTarget:
         return experts
 
     def _modular(self, case: MoECase, t: CaseTensors, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        """``TritonExperts.apply`` as vLLM's modular kernel calls it.
+
+        The global count passed is ``case.total_experts``: with fused shared rows,
+        the whole id space, which is the length of the expert map that covers them
+        (vLLM's alignment takes the map's length as its count). Without an expert
+        map the modular experts count ``w1.shape[0]`` instead, whatever is passed;
+        the legacy entrypoint counts what it is passed, so there the shared rows
+        must be in the count for their ids to be valid to the alignment.
+        """
         experts = self._experts(case, t)
         activation = self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu"
         m, k, n = case.num_tokens, case.hidden, 2 * case.intermediate  # N is w1.shape[1]
         ws13_shape, ws2_shape, out_shape = experts.workspace_shapes(
-            m, n, k, case.top_k, case.num_experts, case.local_experts, None, activation
+            m, n, k, case.topk_columns, case.total_experts, case.local_experts, None, activation
         )
         dtype = torch_dtype(case.dtype)
         dev = t.hidden_states.device
@@ -389,7 +403,7 @@ class VllmTarget:
             t.topk_weights,
             t.topk_ids,
             activation,
-            case.num_experts,
+            case.total_experts,
             t.expert_map,
             a1q_scale,
             None,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from moegate.case import MoECase
+from moegate.case import ENTRYPOINTS, ExpertMap, MoECase
 from moegate.vllm.names import TargetError
 from moegate.vllm.recorders import RECORDERS
 from moegate.vllm.target import VllmTarget
@@ -49,3 +51,20 @@ def test_uva_is_reported_only_where_a_gpu_can_read_host_memory(target):
         assert isinstance(target.uva_available(), bool)
     else:
         assert target.uva_available() is False
+
+
+@pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
+def test_fused_shared_rows_reach_the_kernel_as_rows_and_ids(target, entrypoint):
+    """A shared expert is one more row of w1 and one more id per token (the last), and the call accepts it."""
+    case = MoECase(num_tokens=2, top_k=1, num_experts=15, shared_experts=1)  # 2*(1+1)*4 = 16 <= 15+1: naive
+    obs = target.run(case, entrypoint)
+    assert obs.path == "naive"
+    (launch,) = obs.launches
+    assert (launch.experts, launch.top_k) == (16, 2)
+    ((ids, _, _),) = obs.naive_assignments
+    assert ids[1::2] == [15, 15], "every token's second id is the shared row"
+
+    ep = dataclasses.replace(case, expert_map=ExpertMap(2, 1))  # rank 1 holds routed 8-14 and the shared row
+    obs = target.run(ep, entrypoint)
+    assert obs.path == "sorted" and obs.align_num_experts == [16]
+    assert obs.launches[0].experts == 7 + 1

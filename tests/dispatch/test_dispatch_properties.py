@@ -4,15 +4,19 @@ Each property draws only the cases its clause covers, so a failure names the
 clause: a base without the host-residency rule fails the two host properties and
 nothing else. Boundary cases (tokens*top_k*4 == experts and one past it) are
 pinned with ``@example`` and aimed at with ``hypothesis.target``.
+
+Every property draws cases with and without fused shared-expert rows
+(``shared=None``): the clause it covers must hold for both, at both entrypoints,
+with the shared rows counted among the experts and their slots among the top-k.
 """
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, Placement
+from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, MoECase, Placement
 from moegate.check import assert_path
 from moegate.spec import in_naive_region
 from strategies import aim_at_boundary, moe_cases, pin_boundaries
@@ -22,10 +26,13 @@ DEVICE = Placement(False, False)
 
 entrypoints = pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
 
+SHARED_WITH_MAP = MoECase(num_tokens=1, top_k=1, num_experts=7, shared_experts=1, expert_map=ExpertMap(2, 1))
+"""The smallest shared-row case under expert parallelism: rank 1 of 2 holds routed 4-6 and the shared row."""
+
 
 @entrypoints
 @pin_boundaries()
-@given(case=moe_cases(expert_map=None, quant=None))
+@given(case=moe_cases(expert_map=None, quant=None, shared=None))
 def test_path_matches_spec(target, entrypoint, case):
     """Every case: the observed path is the spec's, whatever decides it."""
     aim_at_boundary(case)
@@ -34,7 +41,7 @@ def test_path_matches_spec(target, entrypoint, case):
 
 @entrypoints
 @pin_boundaries(lambda c: c.placement.host_resident)
-@given(case=moe_cases(placement=HOST))
+@given(case=moe_cases(placement=HOST, shared=None))
 def test_host_resident_weights_take_sorted_path(target, entrypoint, case):
     """w13 on the host, w2 on the host, or both: always sorted."""
     aim_at_boundary(case)
@@ -43,7 +50,7 @@ def test_host_resident_weights_take_sorted_path(target, entrypoint, case):
 
 @entrypoints
 @pin_boundaries(lambda c: not c.placement.host_resident and in_naive_region(c))
-@given(case=moe_cases(placement=DEVICE, region="naive"))
+@given(case=moe_cases(placement=DEVICE, region="naive", shared=None))
 def test_device_weights_in_naive_region_take_naive_path(target, entrypoint, case):
     """The small-batch optimisation survives for device-resident weights."""
     aim_at_boundary(case)
@@ -52,34 +59,35 @@ def test_device_weights_in_naive_region_take_naive_path(target, entrypoint, case
 
 @entrypoints
 @pin_boundaries(lambda c: not in_naive_region(c))
-@given(case=moe_cases(region="outside"))
+@given(case=moe_cases(region="outside", shared=None))
 def test_outside_naive_region_takes_sorted_path(target, entrypoint, case):
     aim_at_boundary(case)
     assert assert_path(target, case, entrypoint) == "sorted"
 
 
 @entrypoints
-@given(case=moe_cases(expert_map=True))
+@example(case=SHARED_WITH_MAP)
+@given(case=moe_cases(expert_map=True, shared=None))
 def test_expert_map_takes_sorted_path(target, entrypoint, case):
-    """Expert parallelism always aligns, on any placement."""
+    """Expert parallelism always aligns, on any placement, shared rows (local on every rank) or not."""
     assert assert_path(target, case, entrypoint) == "sorted"
 
 
 @entrypoints
-@given(case=moe_cases(quant=True, schemes="wna16", group=True))
+@given(case=moe_cases(quant=True, schemes="wna16", group=True, shared=None))
 def test_wna16_with_group_size_takes_sorted_path(target, entrypoint, case):
     assert assert_path(target, case, entrypoint) == "sorted"
 
 
 @entrypoints
-@given(case=moe_cases(quant=True, schemes="wna16", group=False, expert_map=None))
+@given(case=moe_cases(quant=True, schemes="wna16", group=False, expert_map=None, shared=None))
 def test_wna16_per_channel_follows_spec(target, entrypoint, case):
     """Per-channel wNa16: the legacy entrypoint may go naive, the modular wNa16 experts always align."""
     assert_path(target, case, entrypoint)
 
 
 @entrypoints
-@given(case=moe_cases(quant=True, schemes="fp8", expert_map=None))
+@given(case=moe_cases(quant=True, schemes="fp8", expert_map=None, shared=None))
 def test_fp8_follows_the_unquantized_rule(target, entrypoint, case):
     """fp8 weights (per-tensor or 128 x 128 blocks): naive in the region on device, sorted on the host.
 

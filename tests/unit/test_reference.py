@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moegate.case import ExpertMap, Quant
+from moegate.case import SHARED_EXPERT_WEIGHT, ExpertMap, Quant
 from moegate.reference import Reference, compare, dequantize, reference_moe, tolerance, unpack_int4
 
 
@@ -216,3 +216,76 @@ def test_compare_passes_rounding_and_fails_a_dropped_expert():
     nan_out = ref.output.clone()
     nan_out[0, 0] = float("nan")
     assert not compare(nan_out, ref, torch.float32).ok
+
+
+# --- fused shared-expert rows ---------------------------------------------------------
+
+
+def shared_mlp(x, w1s, w2s):
+    """A shared expert as the unfused model runs it: a dense gated MLP over every token, added in full."""
+    n = w1s.shape[0] // 2
+    h = x.float() @ w1s.float().T
+    return (F.silu(h[:, :n]) * h[:, n:]) @ w2s.float().T
+
+
+@st.composite
+def shared_problems(draw):
+    """A routed problem plus 1-2 fused shared rows laid out as vLLM fuses them (rows and ids after the routed)."""
+    x, w1, w2, w, ids, _ = draw(problems(on_input=False))
+    s = draw(st.integers(1, 2))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    e, hid, inter = w1.shape[0], w1.shape[2], w2.shape[2]
+    w1s = torch.randn(s, 2 * inter, hid, generator=g) / math.sqrt(hid)
+    w2s = torch.randn(s, hid, inter, generator=g) / math.sqrt(inter)
+    m = x.shape[0]
+    fused_ids = torch.cat([ids, torch.arange(e, e + s, dtype=torch.int32).expand(m, s)], dim=1)
+    fused_w = torch.cat([w, torch.full((m, s), SHARED_EXPERT_WEIGHT)], dim=1)
+    return x, w1, w2, w, ids, w1s, w2s, fused_ids, fused_w
+
+
+@given(shared_problems())
+def test_fused_shared_rows_equal_the_separate_shared_mlp(p):
+    """Fusing is exact: routed MoE plus each shared expert's dense MLP, the unfused model's output."""
+    x, w1, w2, w, ids, w1s, w2s, fused_ids, fused_w = p
+    fused = reference_moe(x, torch.cat([w1, w1s]), torch.cat([w2, w2s]), fused_w, fused_ids).output
+    separate = dense_moe(x, w1, w2, w, ids) + sum(shared_mlp(x, a, b) for a, b in zip(w1s, w2s))
+    close(fused, separate)
+    # and the dense formulation over all rows agrees (the shared rows are experts like any other)
+    close(fused, dense_moe(x, torch.cat([w1, w1s]), torch.cat([w2, w2s]), fused_w, fused_ids))
+
+
+@given(shared_problems(), st.data())
+def test_expert_map_keeps_shared_rows_local_on_every_rank(p, data):
+    """Rank r: its routed experts (others remote) plus every shared expert in full, for every token."""
+    x, w1, w2, w, ids, w1s, w2s, fused_ids, fused_w = p
+    e, s = w1.shape[0], w1s.shape[0]
+    size = data.draw(st.integers(1, e))
+    shared_mlp_sum = sum(shared_mlp(x, a, b) for a, b in zip(w1s, w2s))
+    routed_total = torch.zeros_like(shared_mlp_sum)
+    for rank in range(size):
+        em = ExpertMap(size, rank)
+        start, end = em.local_range(e)
+        emap = torch.tensor(em.as_list(e, s), dtype=torch.int32)
+        local_w1, local_w2 = torch.cat([w1[start:end], w1s]), torch.cat([w2[start:end], w2s])
+        part = reference_moe(x, local_w1, local_w2, fused_w, fused_ids, expert_map=emap).output
+        mask = torch.zeros(e)
+        mask[start:end] = 1
+        routed = dense_moe(x, w1 * mask[:, None, None], w2 * mask[:, None, None], w, ids)
+        close(part, routed + shared_mlp_sum)
+        routed_total += routed
+    close(routed_total, dense_moe(x, w1, w2, w, ids))
+
+
+def test_ids_that_reach_no_row_are_refused_with_the_reason():
+    g = torch.Generator().manual_seed(2)
+    x, w1, w2 = torch.randn(2, 8, generator=g), torch.randn(4, 8, 8, generator=g), torch.randn(4, 8, 4, generator=g)
+    w = torch.full((2, 2), 0.5)
+    shared_id_without_row = torch.tensor([[0, 4], [1, 4]], dtype=torch.int32)  # id 4: a shared slot, 4 rows only
+    with pytest.raises(ValueError, match=r"span \[0, 4\] but index w1's 4 rows"):
+        reference_moe(x, w1, w2, w, shared_id_without_row)
+    routed_only_map = torch.tensor(ExpertMap(2, 0).as_list(4), dtype=torch.int32)  # no entry for a shared id 4
+    with pytest.raises(ValueError, match="expert map's 4 entries"):
+        reference_moe(x, w1[:2], w2[:2], w, shared_id_without_row, expert_map=routed_only_map)
+    too_few_rows = torch.tensor(ExpertMap(2, 0).as_list(4, 1), dtype=torch.int32)  # shared id -> local row 2
+    with pytest.raises(ValueError, match="local rows up to 2, but w1 has 2 rows"):
+        reference_moe(x, w1[:2], w2[:2], w, shared_id_without_row, expert_map=too_few_rows)

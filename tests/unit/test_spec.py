@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, DispatchPath, ExpertMap, MoECase, Placement, Quant
-from moegate.spec import expected_path, experts_counted, in_naive_region
+from moegate.spec import Decision, expected_path, experts_counted, in_naive_region
 from strategies import moe_cases
 
 DEVICE, W13, W2, BOTH = ALL_PLACEMENTS
@@ -80,27 +80,27 @@ def test_unknown_entrypoint_is_rejected():
         expected_path(MoECase(num_tokens=1, top_k=1, num_experts=8), "marlin")
 
 
-@given(case=moe_cases(), entrypoint=st.sampled_from(ENTRYPOINTS))
+@given(case=moe_cases(shared=None), entrypoint=st.sampled_from(ENTRYPOINTS))
 def test_host_resident_is_always_sorted(case, entrypoint):
     if case.placement.host_resident:
         assert expected_path(case, entrypoint).path is DispatchPath.SORTED
 
 
-@given(case=moe_cases(), entrypoint=st.sampled_from(ENTRYPOINTS))
+@given(case=moe_cases(shared=None), entrypoint=st.sampled_from(ENTRYPOINTS))
 def test_naive_exactly_in_region_for_plain_device_weights(case, entrypoint):
     device_case = replace(case, placement=DEVICE)
     naive = expected_path(device_case, entrypoint).path is DispatchPath.NAIVE
     assert naive == in_naive_region(device_case, entrypoint)
 
 
-@given(case=moe_cases(), extra=st.integers(1, 64))
+@given(case=moe_cases(shared=None), extra=st.integers(1, 64))
 def test_more_tokens_never_turn_sorted_into_naive(case, extra):
     bigger = replace(case, num_tokens=case.num_tokens + extra)
     if expected_path(case, "legacy").path is DispatchPath.SORTED:
         assert expected_path(bigger, "legacy").path is DispatchPath.SORTED
 
 
-@given(case=moe_cases(), entrypoint=st.sampled_from(ENTRYPOINTS))
+@given(case=moe_cases(shared=None), entrypoint=st.sampled_from(ENTRYPOINTS))
 def test_new_rule_differs_from_base_only_on_host_resident_naive_region_cases(case, entrypoint):
     new = expected_path(case, entrypoint).path
     old = expected_path(case, entrypoint, host_rule=False).path
@@ -109,7 +109,7 @@ def test_new_rule_differs_from_base_only_on_host_resident_naive_region_cases(cas
         assert (old, new) == (DispatchPath.NAIVE, DispatchPath.SORTED)
 
 
-@given(case=moe_cases(expert_map=True, quant=None, placement=Placement()))
+@given(case=moe_cases(expert_map=True, quant=None, placement=Placement(), shared=None))
 def test_expert_map_always_sorted(case):
     assert all(expected_path(case, ep).path is DispatchPath.SORTED for ep in ENTRYPOINTS)
 
@@ -117,3 +117,64 @@ def test_expert_map_always_sorted(case):
 @given(case=moe_cases(quant=True, schemes="wna16", group=True))
 def test_grouped_wna16_always_sorted(case):
     assert all(expected_path(case, ep).path is DispatchPath.SORTED for ep in ENTRYPOINTS)
+
+
+# --- fused shared-expert rows -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tokens", "top_k", "experts", "shared", "want", "reason"),
+    [
+        (1, 1, 7, 1, DispatchPath.NAIVE, "naive region: 1*(1+1)*4=8 <= 8"),  # the shared row counts as an expert
+        (1, 1, 6, 1, DispatchPath.SORTED, "outside naive region: 1*(1+1)*4=8 > 7"),  # and its slot as a top-k id
+        (7, 8, 256, 1, DispatchPath.NAIVE, "naive region: 7*(8+1)*4=252 <= 257"),  # DeepSeek-V3 at 7 tokens
+        (8, 8, 256, 1, DispatchPath.SORTED, "outside naive region: 8*(8+1)*4=288 > 257"),
+        (2, 6, 64, 2, DispatchPath.NAIVE, "naive region: 2*(6+2)*4=64 <= 66"),  # DeepSeek-V2-Lite
+    ],
+)
+@pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
+def test_threshold_with_shared_rows(tokens, top_k, experts, shared, want, reason, entrypoint):
+    case = MoECase(num_tokens=tokens, top_k=top_k, num_experts=experts, shared_experts=shared)
+    assert expected_path(case, entrypoint) == Decision(want, reason)
+
+
+def test_a_fused_shared_expert_moves_deepseek_v3_out_of_the_naive_region_at_8_tokens():
+    plain = MoECase(num_tokens=8, top_k=8, num_experts=256)
+    fused = MoECase(num_tokens=8, top_k=8, num_experts=256, shared_experts=1)
+    assert expected_path(plain, "modular").path is DispatchPath.NAIVE  # 256 <= 256
+    assert expected_path(fused, "modular").path is DispatchPath.SORTED  # 288 > 257
+
+
+@pytest.mark.parametrize("placement", [W13, W2, BOTH], ids=lambda p: p.label)
+@pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
+def test_host_resident_shared_rows_are_sorted_and_the_base_rule_is_not(placement, entrypoint):
+    case = MoECase(num_tokens=1, top_k=1, num_experts=7, shared_experts=1, placement=placement)
+    assert expected_path(case, entrypoint) == Decision(
+        DispatchPath.SORTED, f"host-resident weights ({placement.label})"
+    )
+    assert expected_path(case, entrypoint, host_rule=False).path is DispatchPath.NAIVE
+
+
+@pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
+def test_shared_rows_are_counted_with_and_without_an_expert_map(entrypoint):
+    plain = MoECase(num_tokens=1, top_k=1, num_experts=64, shared_experts=2)
+    ep = MoECase(num_tokens=1, top_k=1, num_experts=64, shared_experts=2, expert_map=ExpertMap(4, 1))
+    assert experts_counted(plain, entrypoint) == 66 == plain.local_experts
+    assert experts_counted(ep, entrypoint) == 66  # the global id space the map covers
+    assert ep.local_experts == 16 + 2  # this rank's routed experts and both shared rows
+    assert expected_path(ep, entrypoint) == Decision(DispatchPath.SORTED, "expert map given (expert parallelism)")
+
+
+@given(case=moe_cases(shared=True, expert_map=None, quant=None), entrypoint=st.sampled_from(ENTRYPOINTS))
+def test_shared_rows_decide_as_that_many_more_routed_experts(case, entrypoint):
+    """The rule sees a shared row as one more expert every token picks: same path as the plain case so widened."""
+    widened = MoECase.from_dict(
+        {
+            **{k: v for k, v in case.to_dict().items() if k != "shared_experts"},
+            "top_k": case.top_k + case.shared_experts,
+            "num_experts": case.num_experts + case.shared_experts,
+            "apply_router_weight_on_input": False,
+        }
+    )
+    assert expected_path(case, entrypoint).path is expected_path(widened, entrypoint).path
+    assert experts_counted(case, entrypoint) == experts_counted(widened, entrypoint)

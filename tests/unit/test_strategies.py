@@ -13,7 +13,7 @@ from moegate.spec import SPARSITY_FACTOR, in_naive_region
 from strategies import BOUNDARY_EXAMPLES, KERNEL_SHAPES, moe_cases
 from strategies.kernels import BIG_SHAPE, kernel_cases
 
-FIND = settings(max_examples=500, database=None, deadline=None)
+FIND = settings(max_examples=500, database=None, deadline=None, derandomize=True)  # a find that passed once always does
 
 
 @pytest.mark.parametrize("placement", ALL_PLACEMENTS, ids=lambda p: p.label)
@@ -60,11 +60,14 @@ def test_kernel_shapes_stay_in_the_fixed_set(case):
     assert in_naive_region(case)
 
 
-def test_pinned_examples_straddle_the_threshold():
-    on = [c for c in BOUNDARY_EXAMPLES if c.pairs * SPARSITY_FACTOR == c.num_experts]
-    past = [c for c in BOUNDARY_EXAMPLES if c.pairs * SPARSITY_FACTOR > c.num_experts]
+@pytest.mark.parametrize("shared", [False, True], ids=["plain", "shared rows"])
+def test_pinned_examples_straddle_the_threshold(shared):
+    pinned = [c for c in BOUNDARY_EXAMPLES if (c.shared_experts > 0) == shared]
+    on = [c for c in pinned if c.pairs * SPARSITY_FACTOR == c.total_experts]
+    past = [c for c in pinned if c.pairs * SPARSITY_FACTOR > c.total_experts]
     assert on and past
     assert {c.placement for c in on} == set(ALL_PLACEMENTS)
+    assert {c.placement for c in past} == set(ALL_PLACEMENTS)
 
 
 # --- the kernel tier's cases -------------------------------------------------------
@@ -152,3 +155,35 @@ def test_unknown_kernel_arguments_fail_at_once():
         kernel_cases("marlin")
     with pytest.raises(ValueError, match="unknown scheme family"):
         kernel_cases("legacy", quant=True, schemes="int2")
+
+
+@pytest.mark.parametrize("shared", [0, 1, 2])
+def test_shared_row_counts_are_drawn(shared):
+    find(moe_cases(shared=None), lambda c: c.shared_experts == shared, settings=FIND)
+
+
+def test_shared_rows_are_drawn_with_an_expert_map():
+    find(moe_cases(shared=True, expert_map=True), lambda c: c.expert_map is not None, settings=FIND)
+
+
+def test_exact_boundary_with_shared_rows_is_drawn():
+    find(
+        moe_cases(shared=True),
+        lambda c: c.pairs * SPARSITY_FACTOR == c.total_experts and c.num_tokens > 1,
+        settings=FIND,
+    )
+
+
+@given(case=moe_cases(region="naive", shared=True))
+def test_naive_region_strategy_with_shared_rows_stays_inside(case):
+    assert in_naive_region(case) and case.shared_experts > 0
+
+
+@given(case=moe_cases(region="outside", shared=True))
+def test_outside_region_strategy_with_shared_rows_stays_outside(case):
+    assert not in_naive_region(case) and case.shared_experts > 0
+
+
+@given(case=moe_cases())
+def test_shared_rows_only_when_asked(case):
+    assert case.shared_experts == 0
