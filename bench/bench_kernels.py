@@ -25,7 +25,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from moegate.case import MoECase
+from moegate.case import ENTRYPOINTS, MoECase
 from moegate.kernel_check import KernelResult, StageClock, run_checked
 from moegate.kernel_inputs import WeightBank
 from moegate.reference import rounding_count
@@ -107,6 +107,7 @@ def main() -> int:
     bank = WeightBank(target.device, target.host_view)
     fp8 = torch.cuda.get_device_capability() >= (8, 9)
     schemes = None if fp8 else "wna16"  # fp8_w8a8 needs fp8 tensor cores
+    strategies = {ep: kernel_cases(ep, expert_map=None, quant=None, schemes=schemes) for ep in ENTRYPOINTS}
     drawn: list[tuple[MoECase, str]] = []
     tally = Tally(StageClock(torch.cuda.synchronize) if args.profile else None)
     start = time.perf_counter()
@@ -117,15 +118,18 @@ def main() -> int:
         database=None,
         derandomize=True,
         phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
+        suppress_health_check=[HealthCheck.too_slow],  # the GPU's time is not the strategy's
     )
     @given(data=st.data())
     def one(data: st.DataObject) -> None:
+        # draw before the budget check: Hypothesis replays its own draw tree, and a test that
+        # stops drawing on a prefix it once drew further is FlakyStrategyDefinition (seen at
+        # --cases 3000 on the H200, which lost that run's figure)
+        entrypoint = data.draw(st.sampled_from(ENTRYPOINTS))
+        case = data.draw(strategies[entrypoint])
         if time.perf_counter() - start > args.budget_s:
             tally.stats["skipped_over_budget"] += 1
             return
-        entrypoint = data.draw(st.sampled_from(("legacy", "modular")))
-        case = data.draw(kernel_cases(entrypoint, expert_map=None, quant=None, schemes=schemes))
         drawn.append((case, entrypoint))
         tally.add(case, entrypoint, run_checked(target, bank, case, entrypoint, tally.clock))
 
