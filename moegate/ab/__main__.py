@@ -22,6 +22,7 @@ from moegate.ab import report as report_mod
 from moegate.ab.driver import ROOT, Dataset, Driver, DriverError, Plan, load_run
 from moegate.ab.evidence import DEFAULT_UVA_PEAK_GBPS, MoEShape, TrafficModel, load_routing
 from moegate.ab.verdict import DEFAULT_ALPHA, DEFAULT_GATE_THRESHOLD, DEFAULT_MIN_CHANGE
+from moegate.e2e.server import teardown_on_termination
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -131,6 +132,11 @@ def _build(role: str, opts: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     opts = parser().parse_args(argv)
+    with teardown_on_termination():  # a killed driver must not leave a server holding the GPU
+        return _main(opts)
+
+
+def _main(opts: argparse.Namespace) -> int:
     try:
         if opts.report_only:
             run = load_run(opts.report_only)

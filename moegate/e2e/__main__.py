@@ -20,7 +20,7 @@ from pathlib import Path
 from moegate.e2e import report
 from moegate.e2e.build import Build, BuildError, env_pairs, parse_build
 from moegate.e2e.datasets import DataError
-from moegate.e2e.server import ServerError
+from moegate.e2e.server import ServerError, teardown_on_termination
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -216,7 +216,8 @@ def _prompts(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"run": _run, "compare": _compare, "prompts": _prompts}[args.cmd](args)
+        with teardown_on_termination():
+            return {"run": _run, "compare": _compare, "prompts": _prompts}[args.cmd](args)
     except (DataError, BuildError, ServerError, ValueError) as exc:
         print(f"moegate.e2e: {exc}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -36,6 +36,38 @@ QUIET_ENV = {
     "DO_NOT_TRACK": "1",
     "PYTHONUNBUFFERED": "1",
 }
+
+
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def teardown_on_termination() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP raise ``SystemExit(128 + signal)`` so every ``Server`` is stopped.
+
+    A server runs in a process group of its own (its engine core must go with it), so a
+    signal sent to the driver's group never reaches it, and Python's default action for
+    SIGTERM skips every ``finally``. Without this, ``timeout``, a cancelled CI job or a
+    plain ``kill`` leaves a server holding the GPU, and the next start on that machine
+    fails: seen on the H200, where a timed-out A/B call left one behind and the next two
+    starts failed in engine start-up. SIGINT already raises ``KeyboardInterrupt``.
+    Only the main thread can install handlers; elsewhere this does nothing.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, _exit) for sig in TERMINATING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class ServerError(RuntimeError):

@@ -11,6 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from moegate.e2e.server import teardown_on_termination
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _servers_stop_on_sigterm():
+    """A cancelled CI job sends SIGTERM: the servers these tests start must still be stopped."""
+    with teardown_on_termination():
+        yield
+
 
 def _need(var: str, what: str) -> str:
     value = os.environ.get(var)
