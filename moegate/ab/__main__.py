@@ -103,6 +103,12 @@ def _traffic(opts: argparse.Namespace, model: str | None) -> TrafficModel | None
         return None
     shape = MoEShape.parse(opts.moe_shape) if opts.moe_shape else (MoEShape.from_config(model) if model else None)
     if shape is None:
+        # said, not silent: a report recomputed away from the model has no config.json to read
+        print(
+            f"moegate.ab: no evidence columns: no MoE shape in {model}/config.json; give --moe-shape "
+            "(or --no-evidence to drop them on purpose)",
+            file=sys.stderr,
+        )
         return None
     routing = load_routing(opts.routing) if opts.routing else None
     rule = {

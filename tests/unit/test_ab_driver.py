@@ -363,13 +363,15 @@ def test_report_markdown_and_plot(tmp_path):
     assert raw["levels"][1]["verdict"] == IMPROVED and "traffic" in raw and raw["gate_passed"] is True
 
 
-def test_cli_report_only_and_gate(tmp_path):
+def test_cli_report_only_and_gate(tmp_path, capsys):
     run = synthetic_run()
     for s in run.starts:  # make the PR 10 % slower at every level
         if s.role == "pr" and s.status == "ok":
             s.measured = {c: v * 0.85 for c, v in s.measured.items()}
     (tmp_path / "run.json").write_text(json.dumps(run.to_json()))
     assert cli(["--report-only", str(tmp_path)]) == 0
+    # recomputed away from the model: the evidence columns are dropped, and it says so
+    assert "no evidence columns" in capsys.readouterr().err
     assert cli(["--report-only", str(tmp_path), "--gate"]) == 1
     assert (tmp_path / "throughput.png").is_file()
     shape = "--moe-shape=experts=128,top_k=8,hidden=2048,intermediate=768,layers=48"
