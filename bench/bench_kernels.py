@@ -4,142 +4,195 @@ Each case is exactly what ``test_output_matches_reference`` checks: draw a case
 from ``strategies.kernels`` (both entrypoints, every placement, expert maps,
 wNa16 and, on fp8-capable GPUs, fp8 weights), run it through vLLM with cached weights, compare with the torch
 reference under the stated tolerance, and check the path against the spec.
-The clock starts after ``VllmTarget()`` (vLLM import and start-up) and includes
-Triton compilation, weight drawing and pinning.
+
+``--workers N`` runs the cases in N processes on the one GPU, sharing Triton's
+disk cache (``moegate/kernel_workers.py`` says how and why); the cases come from
+one Hypothesis run seeded with ``--seed``, so a seed gives the same cases for any
+N. The clock starts when the workers are released, after vLLM's import and
+CUDA's start-up in each, and stops when the last one has finished; it includes
+Triton compilation, weight drawing and pinning, and the drawing of the cases.
+The Triton cache used, and its entries before and after, say whether the run was
+cold or warm (``--triton-cache DIR``, else ``TRITON_CACHE_DIR``, else Triton's default).
 
     PYTHONPATH=. python bench/bench_kernels.py --cases 500 --json out.json
+    PYTHONPATH=. python bench/bench_kernels.py --cases 5000 --workers 8 --triton-cache /tmp/cold --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
+import importlib.util
 import json
-import pstats
+import os
 import sys
 import time
-from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
-import torch
-from hypothesis import HealthCheck, Phase, given, settings
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from moegate import progress
 from moegate.case import ENTRYPOINTS, MoECase
-from moegate.kernel_check import KernelResult, StageClock, run_checked
-from moegate.kernel_inputs import WeightBank
-from moegate.reference import rounding_count
-from moegate.spec import expected_path
-from moegate.tensors import torch_dtype
-from moegate.vllm.environment import describe_environment
-from moegate.vllm.target import VllmTarget
+from moegate.golden import atomic_write
+from moegate.kernel_workers import (
+    Options,
+    Pass,
+    Pool,
+    VllmRunner,
+    WorkerFailed,
+    cache_entries,
+    profile_line,
+    triton_cache_dir,
+)
+from moegate.vllm import names  # a leaf: no vLLM import
 from strategies.kernels import kernel_cases
 
-
-class Tally:
-    """What one pass saw: counts, the worst error per numeric family, failures, seconds per stage."""
-
-    def __init__(self, clock: StageClock | None) -> None:
-        self.stats: Counter[str] = Counter()
-        self.worst: dict[str, float] = {}
-        self.failures: list[str] = []
-        self.clock = clock
-
-    def add(self, case: MoECase, entrypoint: str, r: KernelResult) -> None:
-        stats, worst = self.stats, self.worst
-        # the figures the tolerance rules are calibrated on: worst error in units of u*(A + rms A) per
-        # numeric family; for fp8, the worst err/tol of each stage of the staged check
-        if case.quant is None or case.quant.weight_only:
-            family = ("unquantized-" + case.dtype) if case.quant is None else "wNa16"
-            units = r.closeness.worst_ratio * rounding_count(torch_dtype(case.dtype), case.quant)
-            worst[family] = max(worst.get(family, 0.0), units)
-        else:
-            for stage, ratio in (r.closeness.stages or {}).items():
-                key = f"fp8-g{max(case.quant.group_size, 0)} {stage} (err/tol)"
-                worst[key] = max(worst.get(key, 0.0), ratio)
-        stats["cases"] += 1
-        stats[f"path_{r.path}"] += 1
-        stats[f"placement_{case.placement.label}"] += 1
-        if case.quant is not None:
-            stats[f"quant_{case.quant.scheme}"] += 1
-        if case.expert_map is not None:
-            stats["expert_map"] += 1
-        if not r.closeness.ok:
-            stats["numeric_fail"] += 1
-            self.failures.append(r.describe())
-        if r.path != expected_path(case, entrypoint).path.value:
-            stats["path_mismatch"] += 1
-            if len(self.failures) < 20:
-                self.failures.append("path mismatch: " + r.describe())
+PREFIX = "bench_kernels"
+GIB = 2**30
 
 
-def _profile_line(label: str, seconds: float, n: int, stages: dict[str, float]) -> str:
-    """Where a pass's time went: the stages of run_checked, and the rest (Hypothesis, the loop)."""
-    rest = seconds - sum(stages.values())
-    parts = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(stages.items()))
-    return f"{label}: {n} cases in {seconds:.1f} s ({n / max(seconds, 1e-9):.2f} cases/s): {parts}, drawing and the rest {rest:.1f} s"
+def draw_cases(
+    n: int, seed_value: int, strategies: Mapping[str, st.SearchStrategy[MoECase]], sink: Callable[[MoECase, str], None]
+) -> None:
+    """Draw ``n`` cases, entrypoint first, in one Hypothesis run seeded with ``seed_value``; hand each to ``sink``.
 
+    No database and generation only: the same seed gives the same cases in the same order.
+    """
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", type=int, default=500)
-    ap.add_argument("--budget-s", type=float, default=300.0, help="stop drawing once this many seconds have passed")
-    ap.add_argument("--json", default=None)
-    ap.add_argument(
-        "--profile",
-        action="store_true",
-        help="time each stage (inputs, vLLM, reference) with a synchronisation after each, then replay the same "
-        "cases once more in the same process: the difference is Triton compilation and first-touch costs",
-    )
-    ap.add_argument(
-        "--cprofile", type=int, default=0, metavar="N", help="with --profile: cProfile the replay, print the top N"
-    )
-    args = ap.parse_args()
-    if args.cases < 1 or args.budget_s <= 0:
-        print("bench_kernels: --cases and --budget-s must be positive", file=sys.stderr)
-        return 2
-    t_import = time.perf_counter()
-    target = VllmTarget()
-    if not target.cuda:
-        print("bench_kernels: needs a CUDA GPU", file=sys.stderr)
-        return 2
-    startup = time.perf_counter() - t_import
-    bank = WeightBank(target.device, target.host_view)
-    fp8 = torch.cuda.get_device_capability() >= (8, 9)
-    schemes = None if fp8 else "wna16"  # fp8_w8a8 needs fp8 tensor cores
-    strategies = {ep: kernel_cases(ep, expert_map=None, quant=None, schemes=schemes) for ep in ENTRYPOINTS}
-    drawn: list[tuple[MoECase, str]] = []
-    tally = Tally(StageClock(torch.cuda.synchronize) if args.profile else None)
-    start = time.perf_counter()
-
+    @seed(seed_value)
     @settings(
-        max_examples=args.cases,
+        max_examples=n,
         deadline=None,
         database=None,
-        derandomize=True,
+        derandomize=False,
         phases=[Phase.generate],
         suppress_health_check=[HealthCheck.too_slow],  # the GPU's time is not the strategy's
     )
     @given(data=st.data())
     def one(data: st.DataObject) -> None:
-        # draw before the budget check: Hypothesis replays its own draw tree, and a test that
-        # stops drawing on a prefix it once drew further is FlakyStrategyDefinition (seen at
-        # --cases 3000 on the H200, which lost that run's figure)
         entrypoint = data.draw(st.sampled_from(ENTRYPOINTS))
-        case = data.draw(strategies[entrypoint])
-        if time.perf_counter() - start > args.budget_s:
-            tally.stats["skipped_over_budget"] += 1
-            return
-        drawn.append((case, entrypoint))
-        tally.add(case, entrypoint, run_checked(target, bank, case, entrypoint, tally.clock))
+        sink(data.draw(strategies[entrypoint]), entrypoint)
 
     one()
-    elapsed = time.perf_counter() - start
+
+
+def write_report(path: Path, report: Mapping[str, Any]) -> None:
+    """The JSON report whole or not at all: serialised first, then written atomically."""
+    atomic_write(path, json.dumps(report, indent=1) + "\n")
+
+
+def _check_args(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments, in one line, or None."""
+    if args.cases < 1 or args.budget_s <= 0:
+        return "--cases and --budget-s must be positive"
+    if not 1 <= args.workers <= args.cases:
+        return f"--workers must be between 1 and --cases ({args.cases}); got {args.workers}"
+    if args.cprofile and not args.profile:
+        return "--cprofile needs --profile"
+    return None
+
+
+def _memory_line(index: int, cases: int, seconds: float, memory: Mapping[str, int]) -> str:
+    return (
+        f"{PREFIX}: worker {index}: {cases} cases, busy {seconds:.1f} s; peak GPU memory "
+        f"{memory['peak_allocated'] / GIB:.1f} GiB allocated, {memory['peak_reserved'] / GIB:.1f} GiB reserved; "
+        f"weights {memory['weights_device'] / GIB:.1f} GiB on the device, {memory['weights_pinned'] / GIB:.1f} GiB pinned"
+    )
+
+
+def _pass_json(p: Pass) -> dict[str, Any]:
+    return {
+        "seconds": p.seconds,
+        "stages": p.stages,
+        "worker_seconds": p.worker_seconds,
+        "cases": p.tally.stats["cases"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--cases", type=int, default=500)
+    ap.add_argument(
+        "--budget-s", type=float, default=300.0, help="stop running cases once this many seconds have passed"
+    )
+    ap.add_argument("--workers", type=int, default=1, help="processes on the one GPU (see README: how many fit)")
+    ap.add_argument("--seed", type=int, default=0, help="Hypothesis seed: the same seed gives the same cases, any N")
+    ap.add_argument("--triton-cache", default=None, metavar="DIR", help="Triton's disk cache for this run")
+    ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="time each stage (inputs, vLLM, reference) with a synchronisation after each, then replay each worker's "
+        "cases once more in the same process: the difference is Triton compilation and first-touch costs",
+    )
+    ap.add_argument(
+        "--cprofile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --profile: cProfile worker 0's replay, print the top N",
+    )
+    args = ap.parse_args(argv)
+    problem = _check_args(args)
+    if problem:
+        print(f"{PREFIX}: {problem}", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec(names.PACKAGE) is None:
+        print(f"{PREFIX}: vLLM is not importable here; the kernel tier needs vLLM and a CUDA GPU", file=sys.stderr)
+        return 2
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{PREFIX}: needs a CUDA GPU; torch {torch.__version__} sees none", file=sys.stderr)
+        return 2
+
+    cache, source = triton_cache_dir(args.triton_cache, os.environ)
+    os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers inherit it: one cache for all
+    entries_start = cache_entries(cache)
+    print(f"{PREFIX}: Triton cache {cache} ({source}): {entries_start} entries at start", flush=True)
+    if os.environ.get("TRITON_CACHE_MANAGER"):
+        print(f"{PREFIX}: TRITON_CACHE_MANAGER is set: the workers may not share the cache above", flush=True)
+    threads = max(1, (os.cpu_count() or 1) // args.workers) if args.workers > 1 else 0
+    options = Options(args.budget_s, args.profile, args.cprofile, threads)
+    try:
+        with Pool(args.workers, VllmRunner, options) as pool:
+            t0 = time.perf_counter()
+            with progress.stage("start-up", args.workers, prefix=PREFIX, unit="workers ready") as up:
+                pool.on_ready = up.advance
+                info = pool.start()
+            startup = time.perf_counter() - t0
+            for i, worker in sorted(info.items()):
+                if worker["triton_cache"] not in (None, str(cache)):
+                    print(f"{PREFIX}: worker {i} uses Triton cache {worker['triton_cache']}, not {cache}", flush=True)
+            first = info[0]
+            schemes = None if all(w["fp8"] for w in info.values()) else "wna16"  # fp8_w8a8 needs fp8 tensor cores
+            strategies = {ep: kernel_cases(ep, expert_map=None, quant=None, schemes=schemes) for ep in ENTRYPOINTS}
+            with progress.stage("kernel cases", args.cases, prefix=PREFIX, counts=("failed",)) as bar:
+                pool.on_case = lambda failed: bar.advance(failed=int(failed))
+                pool.release()
+                draw_cases(args.cases, args.seed, strategies, pool.submit)
+                cold = pool.finish()
+            entries_end = cache_entries(cache)
+            warm, cprofile_text = None, ""
+            if args.profile:
+                with progress.stage("warm replay", prefix=PREFIX):
+                    warm, cprofile_text = pool.replay()
+    except WorkerFailed as exc:
+        for i, text in exc.errors.items():
+            print(f"{PREFIX}: worker {i} failed:\n  " + text.strip().replace("\n", "\n  "), file=sys.stderr)
+        print(f"{PREFIX}: {exc}", file=sys.stderr)
+        return 1
+
+    tally = cold.tally
     stats, worst, failures = tally.stats, tally.worst, tally.failures
     n = stats["cases"]
     print(
-        f"bench_kernels: vLLM {target.version}: {n} cases in {elapsed:.1f} s ({n / elapsed:.2f} cases/s), "
-        f"start-up {startup:.1f} s excluded; {dict(stats)}"
+        f"{PREFIX}: vLLM {first['vllm']}: {n} cases in {cold.seconds:.1f} s ({n / max(cold.seconds, 1e-9):.2f} cases/s), "
+        f"start-up {startup:.1f} s excluded, workers {args.workers}; {dict(stats)}"
     )
     print(
         "worst |out-ref| in units of u*(A + rms A), fp8 stages as err/tol: "
@@ -147,47 +200,53 @@ def main() -> int:
     )
     for f in failures[:10]:
         print("  " + f.replace("\n", "\n  "))
-    profile: dict[str, object] = {}
-    if tally.clock is not None:
-        print(_profile_line("first pass (cold)", elapsed, n, tally.clock.seconds))
-        replay = Tally(StageClock(torch.cuda.synchronize))
-        prof = cProfile.Profile() if args.cprofile else None
-        t0 = time.perf_counter()
-        if prof is not None:
-            prof.enable()
-        for case, entrypoint in drawn:
-            replay.add(case, entrypoint, run_checked(target, bank, case, entrypoint, replay.clock))
-        if prof is not None:
-            prof.disable()
-        replay_s = time.perf_counter() - t0
-        assert replay.clock is not None
-        print(_profile_line("replay of the same cases (warm)", replay_s, len(drawn), replay.clock.seconds))
-        if prof is not None:
-            for key in ("cumulative", "tottime"):
-                out = io.StringIO()
-                pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.cprofile)
-                print(out.getvalue())
-        profile = {
-            "cold": {"seconds": elapsed, "stages": tally.clock.seconds},
-            "warm_replay": {"seconds": replay_s, "stages": replay.clock.seconds, "cases": len(drawn)},
-        }
+    print(
+        f"{PREFIX}: Triton cache {cache}: {entries_start} entries at start, {entries_end} at the end, "
+        f"{entries_end - entries_start} new (about one per compilation); seed {args.seed}"
+    )
+    for r in cold.workers:
+        print(_memory_line(r.index, r.tally.stats["cases"], r.seconds, r.memory))
+    profile: dict[str, Any] = {}
+    if warm is not None:
+        label = f", {args.workers} workers" if args.workers > 1 else ""
+        print(profile_line(f"first pass (cold){label}", cold))
+        print(profile_line(f"replay of the same cases (warm){label}", warm))
+        if cprofile_text:
+            print("cProfile of worker 0's replay:\n" + cprofile_text)
+        profile = {"cold": _pass_json(cold), "warm_replay": _pass_json(warm)}
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(
+        report = {
+            "env": first["env"],
+            "vllm": first["vllm"],
+            "cases": n,
+            "seconds": cold.seconds,
+            "startup_seconds": startup,
+            "stats": dict(stats),
+            "worst_error_units": worst,
+            "failures": failures[:50],
+            "profile": profile,
+            "workers": args.workers,
+            "seed": args.seed,
+            "budget_s": args.budget_s,
+            "triton_cache": {
+                "dir": str(cache),
+                "source": source,
+                "entries_start": entries_start,
+                "entries_end": entries_end,
+                "new": entries_end - entries_start,
+            },
+            "per_worker": [
                 {
-                    "env": describe_environment(),
-                    "vllm": target.version,
-                    "cases": n,
-                    "seconds": elapsed,
-                    "startup_seconds": startup,
-                    "stats": dict(stats),
-                    "worst_error_units": worst,
-                    "failures": failures[:50],
-                    "profile": profile,
-                },
-                fh,
-                indent=1,
-            )
+                    "index": r.index,
+                    "cases": r.tally.stats["cases"],
+                    "seconds": r.seconds,
+                    "stages": r.stages,
+                    **r.memory,
+                }
+                for r in cold.workers
+            ],
+        }
+        write_report(Path(args.json), report)
     return 0
 
 

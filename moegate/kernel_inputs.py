@@ -2,10 +2,18 @@
 
 Building and pinning a Qwen3-30B-A3B-sized expert set (1.2 GB in bfloat16) takes
 seconds; a kernel call takes milliseconds. So the weights of each (experts,
-hidden, intermediate, dtype, quantization) are drawn once on the device, copied
-once to pinned host memory behind a UVA view, and every case slices them (an
-expert map takes its rank's contiguous slice). Only hidden states and routing
-are drawn per case, seeded from the case's routing recipe so a failure reproduces.
+hidden, intermediate, dtype, quantization) are drawn once on the device, each of
+w13 and w2 copied once to pinned host memory behind a UVA view the first time a
+case puts it on the host, and every case slices them (an expert map takes its
+rank's contiguous slice). Only hidden states and routing are drawn per case,
+seeded from the case's routing recipe so a failure reproduces.
+
+The stored numbers are shared where they are the same kind of numbers: every
+wNa16 group size of a scheme (and both activation dtypes) reads the same integer
+storage with its own scales, and fp8 weights do not depend on the activation
+dtype. That halves what a bank holds once a run has met every key (about 9 GB
+on the device and 11 GB pinned became 5.3 and 6.6 at 5,000 cases), which is
+what bounds how many benchmark workers share one GPU and one host.
 
 No vLLM import: the host view comes from the caller (``VllmTarget.host_view``).
 """
@@ -15,7 +23,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -27,56 +35,103 @@ from moegate.vllm.names import UVA_MARKER  # a leaf of names: this module import
 _Q_STD = {("int8_w8a16", False): 73.6, ("int8_w8a16", True): 73.9, ("int4_w4a16", True): 4.61}
 
 WeightKey = tuple[int, int, int, str, Quant | None]
+StoredKey = tuple[object, ...]
+
+
+@dataclass
+class Stored:
+    """Global w13 and w2 as stored, shared by every key whose numbers they are; host views made on demand."""
+
+    w1: torch.Tensor
+    w2: torch.Tensor
+    scales: tuple[torch.Tensor, torch.Tensor] | None = None  # fp8: computed from these numbers, so stored with them
+    host: list[torch.Tensor | None] = field(default_factory=lambda: [None, None])  # UVA views of w1, w2
 
 
 @dataclass
 class WeightSet:
-    """One shape's global weights on the device and (lazily) on the host."""
+    """One key's global weights: the stored numbers and this key's scales."""
 
-    w1: torch.Tensor
-    w2: torch.Tensor
+    stored: Stored
     w1_scale: torch.Tensor | None
     w2_scale: torch.Tensor | None
-    host: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @property
+    def w1(self) -> torch.Tensor:
+        return self.stored.w1
+
+    @property
+    def w2(self) -> torch.Tensor:
+        return self.stored.w2
 
 
 def _key(case: MoECase) -> WeightKey:
     return (case.num_experts, case.hidden, case.intermediate, case.dtype, case.quant)
 
 
-def _draw(case: MoECase, device: torch.device) -> WeightSet:
-    """Global weights whose layer output is O(1) (see ``moegate.tensors``), seeded by shape."""
-    glob = replace(case, expert_map=None)
-    s1, s2 = weight_shapes(glob)
-    dtype = torch_dtype(case.dtype)
-    seed = zlib.crc32(repr(_key(case)).encode())  # stable across processes, unlike hash()
-    gen = torch.Generator(device=device).manual_seed(seed)
+def _stored_key(case: MoECase) -> StoredKey:
+    """What the stored numbers depend on (the module docstring says why the rest is shared)."""
+    q = case.quant
+    if q is None:
+        return _key(case)  # unquantized: the key, so the numbers are the ones this key always had
+    shape = (case.num_experts, case.hidden, case.intermediate, q.scheme)
+    if not q.weight_only:  # fp8: quantized with the scale granularity, whatever the activation dtype
+        return (*shape, max(q.group_size, 0))
+    return (*shape, "grouped" if q.group_size > 0 else "per-channel")  # unsigned with a zero point, or signed
+
+
+def _seed(key: StoredKey) -> int:
+    return zlib.crc32(repr(key).encode())  # stable across processes, unlike hash()
+
+
+def _draw_stored(case: MoECase, device: torch.device) -> Stored:
+    """Global weights whose layer output is O(1) (see ``moegate.tensors``), seeded by what they depend on."""
+    s1, s2 = weight_shapes(replace(case, expert_map=None))
+    gen = torch.Generator(device=device).manual_seed(_seed(_stored_key(case)))
     k, n = case.hidden, case.intermediate
 
-    def randn(shape: tuple[int, ...], scale: float) -> torch.Tensor:
-        return (torch.randn(shape, generator=gen, device=device) * scale).to(dtype)
+    def normal(shape: tuple[int, ...], scale: float) -> torch.Tensor:
+        return torch.randn(shape, generator=gen, device=device).mul_(scale)  # in place: no second float32 copy
 
     q = case.quant
     if q is None:
-        return WeightSet(randn(s1, 1 / math.sqrt(k)), randn(s2, 1 / math.sqrt(n)), None, None)
+        dtype = torch_dtype(case.dtype)
+        return Stored(normal(s1, 1 / math.sqrt(k)).to(dtype), normal(s2, 1 / math.sqrt(n)).to(dtype))
     if not q.weight_only:
-        w1, sc1 = _fp8_weights(torch.randn(s1, generator=gen, device=device) / math.sqrt(k), q.group_size)
-        w2, sc2 = _fp8_weights(torch.randn(s2, generator=gen, device=device) / math.sqrt(n), q.group_size)
-        return WeightSet(w1, w2, sc1, sc2)
-    grouped = q.group_size > 0
-    if grouped:  # unsigned storage with an implicit zero point (int4 packed two per byte)
-        w1 = torch.randint(0, 256, s1, generator=gen, device=device, dtype=torch.uint8)
-        w2 = torch.randint(0, 256, s2, generator=gen, device=device, dtype=torch.uint8)
+        w1, sc1 = _fp8_weights(normal(s1, 1 / math.sqrt(k)), q.group_size)
+        w2, sc2 = _fp8_weights(normal(s2, 1 / math.sqrt(n)), q.group_size)
+        return Stored(w1, w2, (sc1, sc2))
+    if q.group_size > 0:  # unsigned storage with an implicit zero point (int4 packed two per byte)
+        lo, hi, storage = 0, 256, torch.uint8
     else:  # per-channel int8: signed storage, no zero point
-        w1 = torch.randint(-127, 128, s1, generator=gen, device=device, dtype=torch.int8)
-        w2 = torch.randint(-127, 128, s2, generator=gen, device=device, dtype=torch.int8)
-    sc = scale_shapes(glob)
+        lo, hi, storage = -127, 128, torch.int8
+    return Stored(
+        torch.randint(lo, hi, s1, generator=gen, device=device, dtype=storage),
+        torch.randint(lo, hi, s2, generator=gen, device=device, dtype=storage),
+    )
+
+
+def _scales(case: MoECase, stored: Stored, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """This key's weight scales: none, fp8's stored ones, or wNa16 scales drawn for this key."""
+    q = case.quant
+    if q is None:
+        return None, None
+    if not q.weight_only:
+        assert stored.scales is not None  # fp8 numbers are stored with their scales
+        return stored.scales
+    sc = scale_shapes(replace(case, expert_map=None))
     assert sc is not None
-    qstd = _Q_STD[(q.scheme, grouped)]
-    # |N(0,1)|+0.5 has mean ~1.3: scales near 1/(qstd*sqrt(fan_in)) keep outputs O(1)
-    w1_scale = (randn(sc[0], 1.0).float().abs() + 0.5).div(1.3 * qstd * math.sqrt(k)).to(dtype)
-    w2_scale = (randn(sc[1], 1.0).float().abs() + 0.5).div(1.3 * qstd * math.sqrt(n)).to(dtype)
-    return WeightSet(w1, w2, w1_scale, w2_scale)
+    dtype = torch_dtype(case.dtype)
+    gen = torch.Generator(device=device).manual_seed(_seed(_key(case)))
+    k, n = case.hidden, case.intermediate
+    qstd = _Q_STD[(q.scheme, q.group_size > 0)]
+
+    def scale(shape: tuple[int, ...], fan_in: int) -> torch.Tensor:
+        # |N(0,1)|+0.5 has mean ~1.3: scales near 1/(qstd*sqrt(fan_in)) keep outputs O(1)
+        drawn = torch.randn(shape, generator=gen, device=device).to(dtype).float()
+        return (drawn.abs() + 0.5).div(1.3 * qstd * math.sqrt(fan_in)).to(dtype)
+
+    return scale(sc[0], k), scale(sc[1], n)
 
 
 def _fp8_weights(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,42 +139,66 @@ def _fp8_weights(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tenso
 
     Per-tensor (``group`` <= 0): one scale per expert. Block-wise: one per
     ``group`` x ``group`` tile (edge tiles partial). Each scale maps its absolute
-    maximum onto the largest fp8 value, so the whole fp8 range is used.
+    maximum onto the largest fp8 value, so the whole fp8 range is used. The
+    scales are broadcast over their tiles, never expanded to ``w``'s size, and
+    the absolute maximum is an infinity norm: a float32 expert set is the only
+    full-size temporary besides the quotient (the Qwen3-30B-A3B w13 is 1.6 GB).
     """
     fp8_max = torch.finfo(torch.float8_e4m3fn).max
     if group <= 0:
-        scale = w.abs().amax(dim=(1, 2)).clamp_min(1e-12) / fp8_max
-        full = scale.reshape(-1, 1, 1)
-    else:
-        e, rows, cols = w.shape
-        pr, pc = (-rows) % group, (-cols) % group
-        tiles = torch.nn.functional.pad(w, (0, pc, 0, pr)).reshape(
-            e, (rows + pr) // group, group, (cols + pc) // group, group
-        )
-        scale = tiles.abs().amax(dim=(2, 4)).clamp_min(1e-12) / fp8_max
-        full = scale.repeat_interleave(group, dim=1).repeat_interleave(group, dim=2)[:, :rows, :cols]
-    q = (w / full).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
+        scale = torch.linalg.vector_norm(w, ord=math.inf, dim=(1, 2)).clamp_min(1e-12) / fp8_max
+        q = (w / scale.reshape(-1, 1, 1)).clamp_(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
+        return q, scale.float().contiguous()
+    e, rows, cols = w.shape
+    pr, pc = (-rows) % group, (-cols) % group
+    padded = torch.nn.functional.pad(w, (0, pc, 0, pr)) if pr or pc else w
+    tiles = padded.view(e, (rows + pr) // group, group, (cols + pc) // group, group)
+    scale = torch.linalg.vector_norm(tiles, ord=math.inf, dim=(2, 4)).clamp_min(1e-12) / fp8_max
+    q = (tiles / scale[:, :, None, :, None]).clamp_(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
+    q = q.view(e, rows + pr, cols + pc)[:, :rows, :cols].contiguous()
     return q, scale.float().contiguous()
 
 
 class WeightBank:
-    """Cached weights per shape; host copies through ``host_view`` (pinned memory, UVA, marked)."""
+    """Cached weights per key; host copies through ``host_view`` (pinned memory, UVA, marked).
+
+    ``device_bytes`` and ``host_bytes``: what the stored weights hold on the device and
+    pinned on the host, for the benchmark's memory figures.
+    """
 
     def __init__(self, device: torch.device, host_view: Callable[[torch.Tensor], torch.Tensor]) -> None:
         self.device = device
         self.host_view = host_view
+        self._stored: dict[StoredKey, Stored] = {}
         self._sets: dict[WeightKey, WeightSet] = {}
+        self.device_bytes = 0
+        self.host_bytes = 0
 
     def weights(self, case: MoECase) -> WeightSet:
         key = _key(case)
         if key not in self._sets:
-            self._sets[key] = _draw(case, self.device)
+            skey = _stored_key(case)
+            if skey not in self._stored:
+                stored = self._stored[skey] = _draw_stored(case, self.device)
+                self.device_bytes += sum(_nbytes(t) for t in (stored.w1, stored.w2, *(stored.scales or ())))
+            stored = self._stored[skey]
+            ws = self._sets[key] = WeightSet(stored, *_scales(case, stored, self.device))
+            if stored.scales is None:  # wNa16 scales are this key's own
+                self.device_bytes += sum(_nbytes(t) for t in (ws.w1_scale, ws.w2_scale) if t is not None)
+            if self.device.type == "cuda":
+                # the draw's float32 temporaries would stay reserved by this process;
+                # the benchmark runs several processes on one GPU
+                torch.cuda.empty_cache()
         return self._sets[key]
 
-    def _host(self, ws: WeightSet) -> tuple[torch.Tensor, torch.Tensor]:
-        if ws.host is None:
-            ws.host = (self.host_view(ws.w1), self.host_view(ws.w2))
-        return ws.host
+    def _host(self, stored: Stored, index: int) -> torch.Tensor:
+        """The pinned UVA view of w1 (0) or w2 (1), made the first time a case puts that weight on the host."""
+        view = stored.host[index]
+        if view is None:
+            w = (stored.w1, stored.w2)[index]
+            view = stored.host[index] = self.host_view(w)
+            self.host_bytes += _nbytes(w)
+        return view
 
     def inputs(self, case: MoECase, *, seed: int | None = None) -> tuple[CaseTensors, torch.Tensor, torch.Tensor]:
         """Tensors for ``case`` plus w1/w2 placed as ``case.placement`` says (fresh tensor objects)."""
@@ -129,18 +208,15 @@ class WeightBank:
         def local(w: torch.Tensor | None) -> torch.Tensor | None:
             return None if w is None else w[start:end]
 
-        def placed(w: torch.Tensor, host_w: torch.Tensor | None) -> torch.Tensor:
-            if host_w is None:
-                return w[start:end]  # a fresh view object: never carries the marker
-            view = host_w[start:end]
+        def placed(index: int, host: bool) -> torch.Tensor:
+            if not host:
+                return (ws.w1, ws.w2)[index][start:end]  # a fresh view object: never carries the marker
+            view = self._host(ws.stored, index)[start:end]
             setattr(view, UVA_MARKER, True)  # slicing drops attributes; the layer's parameter keeps it
             return view
 
-        h1 = h2 = None
-        if case.placement.host_resident:
-            h1, h2 = self._host(ws)
-        w1 = placed(ws.w1, h1 if case.placement.w13_host else None)
-        w2 = placed(ws.w2, h2 if case.placement.w2_host else None)
+        w1 = placed(0, case.placement.w13_host)
+        w2 = placed(1, case.placement.w2_host)
 
         dtype = torch_dtype(case.dtype)
         gen = torch.Generator(device=self.device).manual_seed(case.routing.seed if seed is None else seed)
@@ -160,3 +236,7 @@ class WeightBank:
             local(ws.w2_scale),
         )
         return t, w1, w2
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
