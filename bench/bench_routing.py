@@ -41,6 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from moegate.golden import atomic_write  # after the path: run as a script
+
 CONCURRENCY = (1, 2, 3, 4, 8)
 PROMPT_LEN = (64, 320)  # decode starts after a prompt of this many tokens (the A/B's ShareGPT prompts: ~100-300)
 OUTPUT_LEN = 128  # decode positions per sequence, as the A/B's --output-len
@@ -155,15 +157,7 @@ def pairs_per_unique(steps: Sequence[Sequence[Sequence[int]]]) -> float:
 def write_routing_json(path: Path, sample: Mapping[int, Sequence[Sequence[Sequence[int]]]]) -> None:
     """Write the sample as ``{"<concurrency>": [step, ...]}`` so a reader never sees half a file."""
     text = json.dumps({str(c): sample[c] for c in sorted(sample)}, separators=(",", ":")) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text)
 
 
 def _check_output(path: Path) -> str | None:
