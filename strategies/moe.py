@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 from moegate.case import (
     ALL_PLACEMENTS,
     DTYPES,
-    ExpertMap,
-    MoECase,
     QUANT_SCHEMES,
     WNA16_SCHEMES,
+    ExpertMap,
+    MoECase,
     Placement,
     Quant,
     Routing,

@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import queue
-import threading
 import math
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given  # noqa: F401  (example: the pasted line must evaluate with it in scope)
+from hypothesis import example, given
 
 from moegate import gate_plan, junit_min
 from moegate.case import MoECase
@@ -172,7 +172,7 @@ def test_meta_needs_the_known_bad_base():
 def test_example_line_pastes_back_to_the_same_case(case):
     line = example_line(case)
     assert line.startswith(EXAMPLE_PREFIX + "@example(case=MoECase.from_dict(") and "\n" not in line
-    decorator = eval(line.removeprefix(EXAMPLE_PREFIX)[1:], {"example": example, "MoECase": MoECase})  # noqa: S307
+    decorator = eval(line.removeprefix(EXAMPLE_PREFIX)[1:], {"example": example, "MoECase": MoECase})
     assert decorator._this_example.kwargs["case"] == case  # what hypothesis.example recorded
 
 

@@ -92,7 +92,7 @@ def no_privileged_trigger(wfs: Workflows) -> list[str]:
     problems = []
     for name, wf in wfs.items():
         for trigger in PRIVILEGED:
-            if trigger in _triggers(wf["data"]) or re.search(rf"^\s*{trigger}\s*:", wf["text"], re.M):
+            if trigger in _triggers(wf["data"]) or re.search(rf"^\s*{trigger}\s*:", wf["text"], re.MULTILINE):
                 problems.append(f"{name}: privileged trigger {trigger}")
     return problems
 
