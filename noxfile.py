@@ -33,7 +33,6 @@ nox.options.sessions = ["gate"]
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
-PROJECT_NAME: str = PYPROJECT["project"]["name"]
 
 
 def requirements(*extras: str, project: bool = True, pyproject: Mapping[str, Any] = PYPROJECT) -> list[str]:
@@ -219,7 +218,7 @@ def _shared_env(
 
 
 def _version_of(python: str) -> str | None:
-    """ "3.12" for a Python 3.12 that runs; None for one that does not (a pyenv shim refuses when unselected)."""
+    """The version (`3.12`) of a Python that runs; None for one that does not (a pyenv shim of an unselected one)."""
     try:
         proc = subprocess.run(
             [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
@@ -228,6 +227,11 @@ def _version_of(python: str) -> str | None:
     except OSError:
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _release(python: Path) -> list[int]:
+    """pyenv's version folder of `python` as numbers (3.12.10 after 3.12.9)."""
+    return [int(n) for n in re.findall(r"\d+", python.parts[-3])]
 
 
 def find_python(version: str, env: Mapping[str, str] = os.environ) -> str | None:
@@ -239,10 +243,8 @@ def find_python(version: str, env: Mapping[str, str] = os.environ) -> str | None
     """
     candidates: list[str | None] = [shutil.which(f"python{version}", path=env.get("PATH"))]
     pyenv = Path(env.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
-    installs = pyenv.glob(f"{version}.*/bin/python{version}")
-    candidates += [str(p) for p in sorted(installs, key=lambda p: [int(n) for n in re.findall(r"\d+", p.parts[-3])])][
-        ::-1
-    ]
+    installs = sorted(pyenv.glob(f"{version}.*/bin/python{version}"), key=_release, reverse=True)
+    candidates += [str(p) for p in installs]
     uv = _uv()
     if uv:
         found = subprocess.run(
@@ -740,7 +742,7 @@ def install_dry_run(session: nox.Session) -> None:
     """Does every environment resolve from the public registries alone (no local wheels)? Writes reports/install-dry-run.md."""
     _options(session, ())
     recipes = {
-        **{f"_unit-{v}": UNIT_DEPS for v in UNIT_PYTHONS[:1]},  # resolved on nox's Python
+        f"_unit-{UNIT_PYTHONS[0]}": UNIT_DEPS,  # resolved on nox's Python
         "_e2e": E2E_DRIVER_DEPS,
         "_eval": EVAL_DEPS,
         **{f"_vllm-{v}": [*r["install"], *PROJECT_DEPS] for v, r in RELEASES.items()},
