@@ -97,6 +97,7 @@ def _judged(case: MoECase, entrypoint: str, t: CaseTensors, obs: Any) -> KernelR
     if obs.output is None:
         raise AssertionError(f"{entrypoint} did not complete for {case.short()} (path {obs.path})")
     if case.quant is not None and not case.quant.weight_only:
+        assert t.w1_scale is not None and t.w2_scale is not None  # a quantized case's inputs carry its scales
         closeness = compare_fp8(
             obs.output,
             t.hidden_states,

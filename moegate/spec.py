@@ -69,13 +69,11 @@ def expected_path(case: MoECase, entrypoint: str, *, host_rule: bool = True) -> 
     host-residency clause); the meta-check uses it to say what the base does.
     """
     counted = experts_counted(case, entrypoint)
-    wna16 = case.quant is not None and case.quant.weight_only
-    if wna16 and entrypoint == "modular":
-        return Decision(DispatchPath.SORTED, f"{case.quant.scheme}: the modular wNa16 Triton experts always align")
-    if wna16 and case.quant.group_size > 0:
-        return Decision(
-            DispatchPath.SORTED, f"{case.quant.scheme} with group size {case.quant.group_size} always aligns"
-        )
+    wna16 = case.quant if case.quant is not None and case.quant.weight_only else None
+    if wna16 is not None and entrypoint == "modular":
+        return Decision(DispatchPath.SORTED, f"{wna16.scheme}: the modular wNa16 Triton experts always align")
+    if wna16 is not None and wna16.group_size > 0:
+        return Decision(DispatchPath.SORTED, f"{wna16.scheme} with group size {wna16.group_size} always aligns")
     # fp8 (weights and activations) follows the unquantized rule, block-wise included:
     # the group-size clause is about weight-only integer kernels.
     if case.expert_map is not None:

@@ -325,7 +325,7 @@ def build(
     old = None
     try:
         _write(tmp, spec)
-        extra = {"preset": preset}
+        extra: dict[str, Any] = {"preset": preset}
         if data is not None:
             extra["tokenizer"] = _write_tokenizer(tmp, spec, data)
         _record_hashes(tmp, extra)

@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 from moegate.case import (
     ALL_PLACEMENTS,
     DTYPES,
-    ExpertMap,
-    MoECase,
     QUANT_SCHEMES,
     WNA16_SCHEMES,
+    ExpertMap,
+    MoECase,
     Placement,
     Quant,
     Routing,
@@ -58,7 +58,7 @@ KERNEL_SHAPES: tuple[tuple[int, int, int], ...] = (
     (256, 512, 256),
 )
 
-T = TypeVar("T")
+T = TypeVar("T", bound=Callable[..., Any])
 
 
 def token_counts(lo: int = 1, hi: int = MAX_TOKENS) -> st.SearchStrategy[int]:
@@ -320,7 +320,7 @@ def pin_boundaries(predicate: Callable[[MoECase], bool] = lambda c: True, **kwar
     def deco(fn: T) -> T:
         for case in BOUNDARY_EXAMPLES:
             if predicate(case):
-                fn = example(case=case, **kwargs)(fn)  # type: ignore[assignment]
+                fn = example(case=case, **kwargs)(fn)
         return fn
 
     return deco

@@ -22,6 +22,7 @@ from moegate.ab import report as report_mod
 from moegate.ab.driver import ROOT, Dataset, Driver, DriverError, Plan, load_run
 from moegate.ab.evidence import DEFAULT_UVA_PEAK_GBPS, MoEShape, TrafficModel, load_routing
 from moegate.ab.verdict import DEFAULT_ALPHA, DEFAULT_GATE_THRESHOLD, DEFAULT_MIN_CHANGE
+from moegate.e2e.build import Build
 from moegate.e2e.server import teardown_on_termination
 
 
@@ -119,7 +120,7 @@ def _traffic(opts: argparse.Namespace, model: str | None) -> TrafficModel | None
     return TrafficModel(shape, opts.host_fraction, opts.uva_peak_gbps, routing, sorted_always=rule)
 
 
-def _build(role: str, opts: argparse.Namespace):
+def _build(role: str, opts: argparse.Namespace) -> Build:
     py = getattr(opts, f"{role}_python")
     if not py:
         raise DriverError(f"--{role}-python is required (the interpreter of the {role} build's environment)")
@@ -129,10 +130,6 @@ def _build(role: str, opts: argparse.Namespace):
         "env": _env(getattr(opts, f"{role}_env")),
         "server_args": tuple(shlex.split(getattr(opts, f"{role}_server_args"))),
     }
-    try:
-        from moegate.e2e.build import Build
-    except ImportError:
-        from types import SimpleNamespace as Build  # the driver needs only these four attributes
     return Build(**fields)
 
 

@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import queue
-import threading
 import math
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -73,10 +73,16 @@ class BenchError(RuntimeError):
 
 
 class BuildLike(Protocol):
-    label: str
-    python: str
-    env: Mapping[str, str]
-    server_args: tuple[str, ...]
+    """What the driver reads of a build (read-only: moegate.e2e.build.Build is frozen)."""
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def python(self) -> str: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def server_args(self) -> tuple[str, ...]: ...
 
 
 class ServerLike(Protocol):
@@ -375,10 +381,15 @@ class Driver:
         self.tokenizer, self.served_name = tokenizer, served_name
         self.startup_timeout_s = startup_timeout_s
         self.server_factory = server_factory
-        self.workers = None if bench is not None else BenchWorkers(Path(out_dir) / "workers", bench_timeout_s)
-        self.bench = bench or self.workers
+        self.workers: BenchWorkers | None = None
+        if bench is None:
+            self.workers = bench = BenchWorkers(Path(out_dir) / "workers", bench_timeout_s)
+        self.bench: BenchFn = bench
         self.log = log
         self.records: int | None = None
+        self.prompts: dict[int, int] | None = None
+        """Prompts per concurrency level, sized from the first start's warm-up (or a resumed run's)."""
+        self.prompts_note = "no start came up: nothing sized"
         self.resume, self.max_new_starts = resume, max_new_starts
         """``resume``: continue the schedule of ``out_dir/run.json`` (same plan), keeping its starts and
         its sizing; ``max_new_starts``: stop after that many, so a long schedule can span several
@@ -388,6 +399,7 @@ class Driver:
 
     def preflight(self) -> None:
         if self.dataset.name == "sharegpt":
+            assert self.dataset.path is not None  # Dataset demands a path for sharegpt
             self.records = sharegpt_records(self.dataset.path)
             need = max(self.plan.concurrency) * self.plan.min_rounds
             if self.records < need:
@@ -487,7 +499,7 @@ class Driver:
     def starts(self, done: frozenset[int] = frozenset()) -> Iterator[StartRecord]:
         """Run every start in schedule order (but those in ``done``), yielding each record as it finishes."""
         if not done:
-            self.prompts: dict[int, int] | None = None
+            self.prompts = None
             self.prompts_note = "no start came up: nothing sized"
         factory = self.server_factory or _default_server_factory()
         new = 0

@@ -181,5 +181,5 @@ def load_routing(path: str | Path) -> dict[int, list[list[list[int]]]]:
     """A routing sample: JSON ``{"<concurrency>": [step, ...]}``, a step a list of per-token top-k ids."""
     raw = json.loads(Path(path).read_text())
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected an object keyed by concurrency")
+        raise TypeError(f"{path}: expected an object keyed by concurrency")
     return {int(k): [[[int(e) for e in tok] for tok in step] for step in v] for k, v in raw.items()}

@@ -208,7 +208,7 @@ def compare(
     tests: dict[int, Welch] = {}
     early: dict[int, tuple[str, float | None]] = {}
     for c in levels:
-        b, p = list(base.get(c, ())), list(pr.get(c, ()))
+        b, p = tuple(base.get(c, ())), tuple(pr.get(c, ()))
         _logs(b, f"base at {c}"), _logs(p, f"PR at {c}")
         if len(b) < MIN_STARTS or len(p) < MIN_STARTS:
             early[c] = (

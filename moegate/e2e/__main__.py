@@ -97,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
             getattr(args, side),
             server_args=getattr(args, f"{side}_args"),
             env=env_pairs(getattr(args, f"{side}_env")),
-        )  # fmt: skip
+        )
         for side in ("base", "pr")
     ]
     if builds[0].label == builds[1].label:

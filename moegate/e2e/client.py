@@ -17,7 +17,7 @@ def post(url: str, body: dict[str, Any], timeout_s: float = 900) -> dict[str, An
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # loopback only
             out: dict[str, Any] = json.load(resp)
             return out
     except urllib.error.HTTPError as exc:

@@ -79,7 +79,7 @@ def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     for no, line in enumerate(lines, 1):
         try:
             obj = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise GoldenError(f"golden {path}, line {no}: not JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
             raise GoldenError(f"golden {path}, line {no}: not a JSON object")

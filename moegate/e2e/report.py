@@ -34,11 +34,11 @@ def render(
     if runs:
         out += ["| build | vLLM | torch | device | flags | server start (s) | greedy (s) | GSM8K (s) |"]
         out += ["| --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in runs:
-            info, secs, start = r.info, r.seconds, r.start_s
+        for run in runs:
+            info, secs, start = run.info, run.seconds, run.start_s
             out.append(
-                f"| {r.build.label} | {info.get('vllm')} | {info.get('torch')} | {_cell(info.get('device'))} "
-                f"| `{_cell(' '.join(r.build.server_args)) or '-'}` | {start and f'{start:.0f}'} "
+                f"| {run.build.label} | {info.get('vllm')} | {info.get('torch')} | {_cell(info.get('device'))} "
+                f"| `{_cell(' '.join(run.build.server_args)) or '-'}` | {start and f'{start:.0f}'} "
                 f"| {secs.get('greedy', 0):.0f} | {secs.get('gsm8k', 0):.0f} |"
             )
         out.append("")
@@ -46,9 +46,9 @@ def render(
         out += ["| gate | verdict | summary |", "| --- | --- | --- |"]
         out += [f"| {_cell(r.gate)} | {r.verdict} | {_cell(r.summary)} |" for r in results]
         out.append("")
-    for r in results:
-        if not r.passed and r.details_markdown:
-            out += [f"## {r.gate}", "", r.details_markdown, ""]
+    for result in results:
+        if not result.passed and result.details_markdown:
+            out += [f"## {result.gate}", "", result.details_markdown, ""]
     if notes:
         out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     out += ["## Reproduce", "", "```sh", *commands, "```", ""]

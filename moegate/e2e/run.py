@@ -24,6 +24,7 @@ from typing import Any
 from moegate import progress
 from moegate.e2e import goldens, greedy
 from moegate.e2e.build import Build
+from moegate.e2e.greedy import Completion
 from moegate.e2e.prompts import Prompt
 from moegate.e2e.server import Server
 from moegate.e2e.verdict import GateResult
@@ -55,8 +56,8 @@ class BuildRun:
     build: Build
     info: dict[str, Any] = field(default_factory=dict)
     start_s: float | None = None
-    greedy: dict[int, list[greedy.Completion]] = field(default_factory=dict)
-    repeat: dict[int, list[greedy.Completion]] = field(default_factory=dict)
+    greedy: dict[int, list[Completion]] = field(default_factory=dict)
+    repeat: dict[int, list[Completion]] = field(default_factory=dict)
     gsm8k: Any = None
     gsm8k_repeat: Any = None
     seconds: dict[str, float] = field(default_factory=dict)
@@ -95,26 +96,29 @@ def measure(srv: Server, run: BuildRun, prompts: Sequence[Prompt], opts: Options
         passes = sum(2 if c > 1 else 1 for c in opts.in_flight)
         with progress.stage(f"{label}: greedy", passes, prefix="e2e", unit="passes") as bar:
             for c in opts.in_flight:
-                kw: dict[str, Any] = {"max_tokens": opts.max_tokens, "check_alive": lambda: srv.check_alive(grace_s=5)}
-                run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
+                greedy_kw: dict[str, Any] = {
+                    "max_tokens": opts.max_tokens,
+                    "check_alive": lambda: srv.check_alive(grace_s=5),
+                }
+                run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **greedy_kw)
                 bar.advance()
                 if c > 1:  # the same build twice at c in flight: the precondition for comparing two builds there
-                    run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **kw)
+                    run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **greedy_kw)
                     bar.advance()
         run.seconds["greedy"] = time.monotonic() - t
     if "gsm8k" in opts.gates:
         from moegate.e2e import gsm8k
 
         t = time.monotonic()
-        kw: dict[str, Any] = {
+        gsm8k_kw: dict[str, Any] = {
             "python": opts.eval_python or "", "limit": opts.gsm8k_limit, "task": opts.gsm8k_task, "data": opts.gsm8k_dir,
             "num_concurrent": opts.gsm8k_in_flight,
         }  # fmt: skip
         with progress.stage(f"{label}: GSM8K", 2 if opts.gsm8k_repeat else 1, prefix="e2e", unit="runs") as bar:
-            run.gsm8k = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}", **kw)
+            run.gsm8k = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}", **gsm8k_kw)
             bar.advance()
             if opts.gsm8k_repeat:
-                run.gsm8k_repeat = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}-repeat", **kw)
+                run.gsm8k_repeat = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}-repeat", **gsm8k_kw)
                 bar.advance()
         run.seconds["gsm8k"] = time.monotonic() - t
 

@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from moegate.e2e.build import Build
 from moegate.vllm.names import API_SERVER as SERVER_MODULE
@@ -232,7 +233,7 @@ class Server:
         with open(self.log_path, "ab") as log:
             log.write(f"# moegate: {' '.join(self.argv())}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(  # noqa: S603 - the build's own interpreter, our own argv
+            self.proc = subprocess.Popen(  # the build's own interpreter, our own argv
                 self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True,
             )  # fmt: skip
@@ -252,7 +253,7 @@ class Server:
 
     def _healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:  # noqa: S310 - loopback
+            with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:  # loopback
                 return bool(resp.status == 200)
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             return False
@@ -297,7 +298,7 @@ class Server:
                 time.sleep(1.0)
         self.proc = None
 
-    def __enter__(self) -> Server:
+    def __enter__(self) -> Self:
         try:
             self.start()
         except BaseException:

@@ -98,7 +98,7 @@ def worker() -> int:
             if not isinstance(result, dict):
                 raise TypeError(f"main(args) returned {type(result).__name__}, not a dict")
             _write_result(result, Path(job["json_out"]))
-            answer = {"ok": True}
+            answer: dict[str, bool | str] = {"ok": True}
         except BaseException as exc:  # noqa: BLE001 - one failed benchmark is reported, the worker goes on
             traceback.print_exc(file=sys.stderr)
             answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]}

@@ -79,8 +79,11 @@ def process_weights_after_loading(module: torch.nn.Module, device: torch.device)
     """
     from vllm.model_executor.model_loader.utils import device_loading_context
 
+    process = module.process_weights_after_loading
+    if not callable(process):  # a torch module's attribute: vLLM's layers define it as a method
+        raise TargetError(f"{type(module).__name__} has no process_weights_after_loading(): not a vLLM layer")
     with device_loading_context(module, device):
-        module.process_weights_after_loading()
+        process()
 
 
 def replace_parameter(module: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:

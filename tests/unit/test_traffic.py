@@ -23,7 +23,7 @@ def routings(draw):
 
 @given(routings(), st.integers(16, 64))
 def test_sorted_reads_each_routed_expert_once_per_step(r, block_m):
-    e, rows = r
+    _, rows = r
     reads = reads_per_expert(sorted_blocks(rows, block_m))
     assert set(reads) == {x for row in rows for x in row}
     assert all(v == 1 for v in reads.values())  # at most 16 tokens <= block_m pairs per expert
@@ -31,7 +31,7 @@ def test_sorted_reads_each_routed_expert_once_per_step(r, block_m):
 
 @given(routings())
 def test_naive_reads_once_per_pair(r):
-    e, rows = r
+    _, rows = r
     reads = reads_per_expert(naive_blocks(rows))
     for expert, count in reads.items():
         assert count == sum(row.count(expert) for row in rows)
@@ -40,7 +40,7 @@ def test_naive_reads_once_per_pair(r):
 
 @given(routings(), st.integers(1, 8))
 def test_sorted_blocks_pad_each_expert_to_block_m(r, block_m):
-    e, rows = r
+    _, rows = r
     reads = reads_per_expert(sorted_blocks(rows, block_m))
     for expert, n in reads.items():
         pairs = sum(row.count(expert) for row in rows)

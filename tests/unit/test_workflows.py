@@ -30,7 +30,7 @@ def load() -> Workflows:
     return {p.name: {"text": p.read_text(), "data": yaml.safe_load(p.read_text())} for p in FILES}
 
 
-def _triggers(data: dict[str, Any]) -> dict[str, Any]:
+def _triggers(data: dict[str | bool, Any]) -> dict[str, Any]:
     on = data.get("on", data.get(True))  # YAML 1.1 reads a bare `on` as True
     return on if isinstance(on, dict) else {t: None for t in ([on] if isinstance(on, str) else on or [])}
 
@@ -92,7 +92,7 @@ def no_privileged_trigger(wfs: Workflows) -> list[str]:
     problems = []
     for name, wf in wfs.items():
         for trigger in PRIVILEGED:
-            if trigger in _triggers(wf["data"]) or re.search(rf"^\s*{trigger}\s*:", wf["text"], re.M):
+            if trigger in _triggers(wf["data"]) or re.search(rf"^\s*{trigger}\s*:", wf["text"], re.MULTILINE):
                 problems.append(f"{name}: privileged trigger {trigger}")
     return problems
 

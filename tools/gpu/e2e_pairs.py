@@ -24,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from moegate.e2e import greedy, prompts, report  # noqa: E402
-from moegate.e2e import run as e2e  # noqa: E402
-from moegate.e2e.build import Build  # noqa: E402
-from moegate.e2e.server import Server  # noqa: E402
+from moegate.e2e import greedy, prompts, report
+from moegate.e2e import run as e2e
+from moegate.e2e.build import Build
+from moegate.e2e.server import Server
 
 UVA = ("--offload-backend", "uva", "--cpu-offload-gb", "64", "--cpu-offload-params", "experts")
 COMMON = (
