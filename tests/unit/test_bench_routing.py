@@ -24,8 +24,9 @@ LAYERS, SEQS, POSITIONS, TOP_K = 3, 10, 6, 4
 def bench():
     """bench/bench_routing.py as a module (bench/ is scripts, not a package)."""
     spec = importlib.util.spec_from_file_location("bench_routing", ROOT / "bench" / "bench_routing.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)
     return module
 
 
