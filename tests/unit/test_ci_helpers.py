@@ -309,3 +309,13 @@ def test_builds_by_version_or_wheel_map_to_their_environments(noxfile):
     assert noxfile.vllm_recipe(url, gpu=False)[0] == name  # the same wheel, the same env
     with pytest.raises(ValueError, match="not a release version"):
         noxfile.vllm_recipe("latest", gpu=False)
+
+
+def test_ab_default_server_args_bound_the_kv_share_and_admit_the_top_level(noxfile, monkeypatch):
+    """`nox -s ab` without --server-args: the e2e defaults (KV share bounded), max-num-seqs at the top level."""
+    monkeypatch.setattr(noxfile.shutil, "which", lambda name: None)  # a CPU machine
+    args = noxfile._ab_server_args("1,2,4").split()
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.2"
+    assert args[args.index("--max-num-seqs") + 1] == "4"
+    args = noxfile._ab_server_args("1,2,3,4,8,16").split()
+    assert args[args.index("--max-num-seqs") + 1] == "16"
