@@ -46,9 +46,10 @@ def _load_vllm():
     parser_cls = getattr(serve, "FlexibleArgumentParser", None)
     if parser_cls is None:  # older layouts kept it in vllm.utils
         try:
-            from vllm.utils.argparse_utils import FlexibleArgumentParser as parser_cls
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
         except ImportError:
-            from vllm.utils import FlexibleArgumentParser as parser_cls
+            from vllm.utils import FlexibleArgumentParser
+        parser_cls = FlexibleArgumentParser
     for name in ("add_cli_args", "main"):
         if not callable(getattr(serve, name, None)):
             print(f"moegate.vllm.bench_serve: vllm.benchmarks.serve has no {name}() in this vLLM", file=sys.stderr)

@@ -100,6 +100,7 @@ def test_expert_parallel_ranks_sum_to_the_whole_layer(cuda_target, bank, warm, e
         assert part.closeness.ok, part.describe()
         assert part.path == "sorted", part.describe()
         total = part.output.float() if total is None else total + part.output.float()
+    assert total is not None  # a valid expert map has a rank 0: the loop ran
     whole = run_checked(cuda_target, bank, replace(case, expert_map=None), entrypoint)
     # each rank's rounding budget adds up: compare the sum against size tolerances of the whole
     err = (total - whole.output.float()).abs().max().item()

@@ -315,6 +315,7 @@ def test_moe_shape_from_text_and_config(tmp_path):
         )
     )
     shape = MoEShape.from_config(tmp_path)
+    assert shape is not None
     assert shape.experts == 128 and shape.layers == 48 and shape.bytes_per_element == 1
     assert MoEShape.from_config(tmp_path / "nothing") is None
 

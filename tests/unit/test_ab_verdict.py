@@ -42,6 +42,7 @@ def test_description_chat_table_c2_plus_7_percent_is_improved():
     """
     v = compare({2: [22.15, 22.25]}, {2: [23.75, 23.85]})
     lv = v.level(2)
+    assert lv.change is not None and lv.ci is not None and lv.p is not None  # a judged level has all three
     assert lv.change == pytest.approx(23.8 / 22.2 - 1, abs=2e-4)
     assert round(lv.change, 2) == 0.07
     assert lv.verdict == IMPROVED
@@ -90,7 +91,9 @@ def test_description_bench_serve_table_two_starts_cannot_support_its_claims():
         assert v.level(c).verdict == WITHIN
     assert v.level(1).verdict == WITHIN
     # at 4 in flight the unadjusted 95 % interval excludes 1: only Holm keeps it from a claim
-    assert v.level(4).ci95[0] > 1 and v.level(4).p_holm >= 0.05 and v.level(4).ci[0] <= 1
+    four = v.level(4)
+    assert four.ci95 is not None and four.p_holm is not None and four.ci is not None  # judged
+    assert four.ci95[0] > 1 and four.p_holm >= 0.05 and four.ci[0] <= 1
 
 
 def test_two_starts_with_large_spread_support_no_claim():
@@ -99,7 +102,7 @@ def test_two_starts_with_large_spread_support_no_claim():
     lv = v.level(4)
     assert lv.change == pytest.approx(0.2, abs=0.01)
     assert lv.verdict == WITHIN
-    assert lv.ci[0] < 1 < lv.ci[1]
+    assert lv.ci is not None and lv.ci[0] < 1 < lv.ci[1]
 
 
 def test_too_few_starts_is_no_verdict_with_reason():
@@ -126,6 +129,7 @@ NULL_PR = [100.2, 100.8, 99.1, 100.6, 99.4]
 
 def test_holm_makes_a_marginal_single_level_result_not_significant_among_six():
     w = welch(MARGINAL_BASE, MARGINAL_PR)
+    assert w is not None  # both sides have spread
     assert 0.05 / 6 < w.p < 0.05  # precondition: marginal
     alone = compare({2: MARGINAL_BASE}, {2: MARGINAL_PR})
     assert alone.level(2).verdict == IMPROVED
@@ -139,6 +143,7 @@ def test_holm_makes_a_marginal_single_level_result_not_significant_among_six():
     assert lv.p == pytest.approx(w.p)
     assert lv.p_holm == pytest.approx(min(1.0, 6 * w.p))
     assert lv.verdict == WITHIN
+    assert lv.ci is not None and lv.ci95 is not None
     assert lv.ci[0] < 1 < lv.ci[1]  # the reported (adjusted) interval agrees with the verdict
     assert lv.ci95[0] > 1  # the unadjusted one would have claimed it
     assert lv.confidence == pytest.approx(1 - 0.05 / 6)
@@ -169,7 +174,7 @@ def test_gate_fails_on_a_regression_beyond_threshold_and_reports_improvements():
 def test_significant_but_below_minimum_is_within_spread():
     v = compare({1: [100.0, 100.01, 99.99]}, {1: [101.0, 101.01, 100.99]})
     lv = v.level(1)
-    assert lv.ci[0] > 1 and lv.verdict == WITHIN and "minimum" in lv.reason
+    assert lv.ci is not None and lv.ci[0] > 1 and lv.verdict == WITHIN and "minimum" in lv.reason
 
 
 def test_bad_samples_are_refused():
@@ -204,6 +209,7 @@ def test_swapping_builds_mirrors_the_verdict(data):
         if a.ratio is not None:
             assert b.ratio == pytest.approx(1 / a.ratio, rel=1e-12)
         if a.ci is not None:
+            assert b.ci is not None
             assert b.ci[0] == pytest.approx(1 / a.ci[1], rel=1e-9)
             assert b.ci[1] == pytest.approx(1 / a.ci[0], rel=1e-9)
 
@@ -268,13 +274,19 @@ def test_verdicts_agree_with_the_reported_interval(data):
     v = compare({c: b for c, (b, _) in data.items()}, {c: p for c, (_, p) in data.items()})
     for lv in v.levels:
         if lv.verdict == IMPROVED:
+            assert lv.ci is not None and lv.ratio is not None  # a claim has both
             assert lv.ci[0] > 1 and lv.ratio >= 1.02 * (1 - 1e-12)
         elif lv.verdict == REGRESSED:
+            assert lv.ci is not None and lv.ratio is not None
             assert lv.ci[1] < 1 and 1 / lv.ratio >= 1.02 * (1 - 1e-12)
         elif lv.verdict == NO_VERDICT:
             assert lv.ci is None and lv.reason
         if lv.ci is not None:
+            assert lv.ratio is not None
             assert lv.ci[0] <= lv.ratio * (1 + 1e-12) and lv.ratio <= lv.ci[1] * (1 + 1e-12)
     assert v.gate_passed == (
-        not any(lv.verdict == NO_VERDICT or (lv.verdict == REGRESSED and lv.ratio <= 0.97) for lv in v.levels)
+        not any(
+            lv.verdict == NO_VERDICT or (lv.verdict == REGRESSED and lv.ratio is not None and lv.ratio <= 0.97)
+            for lv in v.levels
+        )
     )

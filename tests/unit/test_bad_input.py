@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from moegate.case import MoECase
 from moegate.vllm import names
 from moegate.vllm.names import TargetError
 from moegate.vllm.target import VllmTarget
@@ -23,7 +24,7 @@ def test_missing_vllm_names_the_fix(monkeypatch):
 
 def test_vllm_without_the_entrypoints_names_what_is_missing(monkeypatch):
     fake = types.ModuleType("vllm")
-    fake.__version__ = "0.1.0"
+    monkeypatch.setattr(fake, "__version__", "0.1.0", raising=False)
     monkeypatch.setitem(sys.modules, "vllm", fake)
     for name in (names.FUSED_MOE, names.TRITON_MOE, names.FUSED_MOE_PKG):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
@@ -37,7 +38,7 @@ def test_vllm_without_the_entrypoints_names_what_is_missing(monkeypatch):
 def test_unknown_entrypoint_is_refused_before_running():
     target = object.__new__(VllmTarget)  # no vLLM needed: the check comes first
     with pytest.raises(ValueError, match="unknown entrypoint 'marlin'"):
-        VllmTarget.run(target, None, "marlin")
+        VllmTarget.run(target, MoECase(num_tokens=1, top_k=1, num_experts=8), "marlin")
 
 
 def test_cli_refuses_a_non_case_with_one_line():

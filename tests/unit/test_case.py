@@ -76,7 +76,7 @@ def test_invalid_cases_are_refused(kwargs, message):
 @pytest.mark.parametrize("experts", [7, 8, 64, 129])
 @pytest.mark.parametrize("ep_size", [2, 4])
 def test_expert_map_partitions_every_expert_once(experts, ep_size):
-    owned = []
+    owned: list[int] = []
     for rank in range(ep_size):
         start, end = ExpertMap(ep_size, rank).local_range(experts)
         owned.extend(range(start, end))

@@ -3,6 +3,8 @@ cases are ones vLLM's GPU kernels run, built so rather than filtered."""
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
@@ -73,7 +75,19 @@ def test_pinned_examples_straddle_the_threshold(shared):
 # --- the kernel tier's cases -------------------------------------------------------
 
 HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])
-KERNEL_DRAWS = {
+
+
+class KernelDraw(TypedDict, total=False):
+    """The keyword arguments of ``kernel_cases`` a draw below passes (checked against its signature)."""
+
+    placement: Placement | st.SearchStrategy[Placement] | None
+    region: str | None
+    expert_map: bool | None
+    quant: bool | None
+    schemes: str | None
+
+
+KERNEL_DRAWS: dict[str, KernelDraw] = {
     # every way tests/kernels and bench/bench_kernels.py call kernel_cases
     "any": {"expert_map": None, "quant": None},
     "host": {"placement": HOST, "expert_map": False},

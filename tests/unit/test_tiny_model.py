@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -17,7 +18,19 @@ from moegate import tiny_model
 from moegate.tiny_model import BUILD_INFO, TinyMoESpec, build
 from tests.support import ROOT
 
-SMALL = {"layers": 2, "hidden": 128, "experts": 16, "top_k": 2, "moe_intermediate": 64, "vocab": 256}
+
+class Shape(TypedDict, total=False):
+    """Overrides of ``TinyMoESpec``'s shape fields, as ``build`` takes them (its other keywords are not ints)."""
+
+    layers: int
+    hidden: int
+    experts: int
+    top_k: int
+    moe_intermediate: int
+    vocab: int
+
+
+SMALL: Shape = {"layers": 2, "hidden": 128, "experts": 16, "top_k": 2, "moe_intermediate": 64, "vocab": 256}
 """A faster shape for the properties that do not depend on the default one."""
 
 
@@ -155,13 +168,14 @@ def _gsm8k_train() -> Path:
 
 def test_a_build_with_its_tokenizer_is_reproducible_and_records_every_file(tmp_path):
     train = _gsm8k_train()
-    a = build(tmp_path / "a", tokenizer_data=train, **{**SMALL, "vocab": 512})
-    b = build(tmp_path / "b", tokenizer_data=train, **{**SMALL, "vocab": 512})
+    shape: Shape = {**SMALL, "vocab": 512}
+    a = build(tmp_path / "a", tokenizer_data=train, **shape)
+    b = build(tmp_path / "b", tokenizer_data=train, **shape)
     record = json.loads((a / BUILD_INFO).read_text())
     assert set(record["files"]) >= {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "config.json"}
     assert record["files"]["tokenizer.json"] == sha256(a / "tokenizer.json") and record["tokenizer"]["vocab"] == 512
     assert tiny_model.model_hash(a) == tiny_model.model_hash(b)
-    assert tiny_model.model_hash(a) != tiny_model.model_hash(build(tmp_path / "c", **{**SMALL, "vocab": 512}))
+    assert tiny_model.model_hash(a) != tiny_model.model_hash(build(tmp_path / "c", **shape))
 
 
 def test_router_skew_moves_only_the_embeddings_and_the_routers(tmp_path):
