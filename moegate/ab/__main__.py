@@ -21,7 +21,7 @@ from pathlib import Path
 from moegate.ab import report as report_mod
 from moegate.ab.driver import ROOT, Dataset, Driver, DriverError, Plan, load_run
 from moegate.ab.evidence import DEFAULT_UVA_PEAK_GBPS, MoEShape, TrafficModel, load_routing
-from moegate.ab.verdict import DEFAULT_ALPHA, DEFAULT_GATE_THRESHOLD, DEFAULT_MIN_CHANGE
+from moegate.ab.verdict import DEFAULT_ALPHA, DEFAULT_GATE_THRESHOLD, DEFAULT_MIN_CHANGE, WITHIN
 from moegate.e2e.build import Build
 from moegate.e2e.server import teardown_on_termination
 
@@ -79,6 +79,11 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--gate-threshold", type=float, default=DEFAULT_GATE_THRESHOLD)
     v.add_argument("--min-change", type=float, default=DEFAULT_MIN_CHANGE)
     v.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    v.add_argument(
+        "--expect-same",
+        action="store_true",
+        help="an A/A run (one build as A and B): exit 1 unless every level is within spread",
+    )
     t = p.add_argument_group("evidence (traffic model)")
     t.add_argument(
         "--moe-shape",
@@ -214,6 +219,13 @@ def _main(opts: argparse.Namespace) -> int:
     if opts.gate and not rep.verdict.gate_passed:
         print("moegate.ab: gate FAILED: " + "; ".join(rep.verdict.gate_failures), file=sys.stderr)
         return 1
+    if opts.expect_same:
+        claims = [
+            f"c={lv.concurrency}: {lv.verdict} ({lv.reason})" for lv in rep.verdict.levels if lv.verdict != WITHIN
+        ]
+        if claims:
+            print("moegate.ab: A/A run FAILED, one build judged against itself: " + "; ".join(claims), file=sys.stderr)
+            return 1
     return 0
 
 

@@ -532,3 +532,18 @@ def test_the_bench_worker_imports_once_runs_many_and_survives_a_failed_run(tmp_p
     assert "noise on stdout" in (tmp_path / "a.log").read_text()  # the benchmark's prints went to the log
     assert "AssertionError" in (tmp_path / "b.log").read_text() and not (tmp_path / "b.json").exists()
     assert not workers.procs
+
+
+def test_cli_expect_same_fails_on_any_claim_and_names_it(tmp_path, capsys):
+    """An A/A run passes only when every level is within spread; a claimed difference fails in one line."""
+    run = synthetic_run()  # the change description's tables: improved at 2 in flight
+    (tmp_path / "run.json").write_text(json.dumps(run.to_json()))
+    assert cli(["--report-only", str(tmp_path), "--no-evidence", "--expect-same"]) == 1
+    err = capsys.readouterr().err
+    assert "A/A run FAILED" in err and "c=2: improved" in err
+    bases = [s for s in run.starts if s.role == "base"]
+    prs = [s for s in run.starts if s.role == "pr"]
+    for pr, base in zip(prs, bases):  # the PR's good starts become copies of the base's (a failed one stays failed)
+        pr.status, pr.measured = base.status, dict(base.measured)
+    (tmp_path / "run.json").write_text(json.dumps(run.to_json()))
+    assert cli(["--report-only", str(tmp_path), "--no-evidence", "--expect-same"]) == 0
