@@ -207,31 +207,32 @@ def test_workers_run_every_case_once_report_each_for_progress_and_replay_them_wa
     assert warm.tally.stats == cold.tally.stats  # each worker replays exactly the cases it ran
 
 
-def test_a_worker_that_raises_is_named_with_its_case_and_the_others_are_reaped() -> None:
-    pool = Pool(2, functools.partial(StandIn, raise_tokens=7), Options(budget_s=60, profile=False))
+def _run_failing(pool: Pool) -> WorkerFailed:
+    """Feed every case to a pool whose stand-in fails; the error the pool raises."""
     with pool, pytest.raises(WorkerFailed) as failed:
         pool.start()
         pool.release()
         for c, ep in CASES:
             pool.submit(c, ep)
         pool.finish()
-    (index, text), *_ = failed.value.errors.items()
+    return failed.value
+
+
+def test_a_worker_that_raises_is_named_with_its_case_and_the_others_are_reaped() -> None:
+    pool = Pool(2, functools.partial(StandIn, raise_tokens=7), Options(budget_s=60, profile=False))
+    error = _run_failing(pool)
+    (index, text), *_ = error.errors.items()
     assert index in (0, 1)
     assert '"num_tokens":7' in text and "ValueError: the stand-in's kernel raised" in text
-    assert f"worker {index}: ValueError" in str(failed.value)
+    assert f"worker {index}: ValueError" in str(error)
     assert pool.skipped > 0  # it stopped feeding
     assert all(not p.is_alive() for p in pool._procs)
 
 
 def test_a_worker_that_dies_is_named_with_its_exit_code() -> None:
     pool = Pool(2, functools.partial(StandIn, exit_tokens=3), Options(budget_s=60, profile=False))
-    with pool, pytest.raises(WorkerFailed) as failed:
-        pool.start()
-        pool.release()
-        for c, ep in CASES:
-            pool.submit(c, ep)
-        pool.finish()
-    assert any("exited with code 3 without a report" in text for text in failed.value.errors.values())
+    error = _run_failing(pool)
+    assert any("exited with code 3 without a report" in text for text in error.errors.values())
 
 
 def test_a_start_up_failure_stops_the_run_before_the_clock() -> None:

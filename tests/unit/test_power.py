@@ -310,6 +310,14 @@ needs_tool = pytest.mark.skipif(
 )
 
 
+def _power_argv(pkg: Path, out: Path, test_command: str, *, timeout_s: int) -> list[str]:
+    """`python -m moegate.power` on a fake vLLM package, this interpreter standing in for vLLM's."""
+    return [
+        sys.executable, "-m", "moegate.power", "--vllm-python", sys.executable, "--package-dir", str(pkg),
+        "--out", str(out), "--test-command", test_command, "--timeout", str(timeout_s),
+    ]  # fmt: skip
+
+
 def _start_run(tmp_path: Path, pkg: Path) -> subprocess.Popen[bytes]:
     """A power run whose test command passes at once on unmutated code and hangs on a mutant."""
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT)}
@@ -324,21 +332,7 @@ def _start_run(tmp_path: Path, pkg: Path) -> subprocess.Popen[bytes]:
         "    time.sleep(60)\n"
     )
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "moegate.power",
-            "--vllm-python",
-            sys.executable,
-            "--package-dir",
-            str(pkg),
-            "--out",
-            str(tmp_path / "out"),
-            "--test-command",
-            f"{sys.executable} {probe} {original}",
-            "--timeout",
-            "120",
-        ],
+        _power_argv(pkg, tmp_path / "out", f"{sys.executable} {probe} {original}", timeout_s=120),
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -406,21 +400,7 @@ def test_a_full_run_on_a_synthetic_package_scores_and_restores(tmp_path: Path) -
     )
     env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "moegate.power",
-            "--vllm-python",
-            sys.executable,
-            "--package-dir",
-            str(pkg),
-            "--out",
-            str(tmp_path / "out"),
-            "--test-command",
-            f"{sys.executable} {probe}",
-            "--timeout",
-            "30",
-        ],
+        _power_argv(pkg, tmp_path / "out", f"{sys.executable} {probe}", timeout_s=30),
         env=env,
         cwd=ROOT,
         check=False,
