@@ -61,7 +61,6 @@ class StageClock:
     def __init__(self, sync: Any) -> None:
         self.sync = sync
         self.seconds: dict[str, float] = {}
-        self.last: dict[str, float] = {}
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -71,7 +70,6 @@ class StageClock:
         finally:
             self.sync()
             took = time.perf_counter() - start
-            self.last[name] = took
             self.seconds[name] = self.seconds.get(name, 0.0) + took
 
 
