@@ -39,6 +39,7 @@ TRITON_EXPERTS_APPLY = TRITON_EXPERTS + ".apply"
 NUM_ALIGN_EXPERTS = "num_align_experts"  # in TritonExperts.apply: the expert count given to the decision
 QUANTIZE_INPUT = "moe_kernel_quantize_input"
 SILU_AND_MUL_PER_BLOCK_QUANT = "silu_and_mul_per_block_quant"  # in vllm._custom_ops
+WNA16_BLOCK_CONFIG = "get_moe_wna16_block_config"  # in FUSED_MOE: the wNa16 kernels' block sizes
 
 # Kernel launchers each entrypoint reaches first: the legacy path goes through
 # dispatch_fused_moe_kernel, the modular experts call the invoke_* launchers

@@ -101,6 +101,30 @@ class VllmTarget:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # --- kernel configs ----------------------------------------------------------
+
+    def wna16_cuda_block_k(self, *, size_k: int, size_n: int, group_size: int, tokens: int, top_k: int) -> int:
+        """The BLOCK_SIZE_K vLLM's heuristic picks for its CUDA wNa16 kernel on one GEMM of a call.
+
+        Asked of vLLM itself, with no tuned config (none ships for the kernel tier's
+        shapes) and a 16-row M block (every kernel-tier batch fits in one). The
+        kernel accepts only BLOCK_SIZE_K / group_size in 1, 2, 4, 8, and the
+        heuristic does not promise that: ``tools/probes/wna16_block_k.py``. Runs on a CPU.
+        """
+        pick = getattr(self.fm, names.WNA16_BLOCK_CONFIG)
+        config = pick(
+            config={"BLOCK_SIZE_M": 16},
+            use_moe_wna16_cuda=True,
+            num_valid_tokens=tokens * top_k,
+            size_k=size_k,
+            size_n=size_n,
+            num_experts=size_n,  # what vLLM's launcher passes here
+            group_size=group_size,
+            real_top_k=top_k,
+            block_size_m=16,
+        )
+        return int(config["BLOCK_SIZE_K"])
+
     # --- tracing an engine -----------------------------------------------------
 
     @contextlib.contextmanager
