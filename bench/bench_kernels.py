@@ -16,6 +16,9 @@ cold or warm (``--triton-cache DIR``, else ``TRITON_CACHE_DIR``, else Triton's d
 
     PYTHONPATH=. python bench/bench_kernels.py --cases 500 --json out.json
     PYTHONPATH=. python bench/bench_kernels.py --cases 5000 --workers 8 --triton-cache /tmp/cold --json out.json
+
+Exit 1 when a case fails a check (numerics or path), so a nightly sweep of 5,000
+cases (``nox -s kernel-sweep``) gates on the same checks it times.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from moegate.kernel_workers import (
     Pool,
     VllmRunner,
     WorkerFailed,
+    auto_workers,
     cache_entries,
     profile_line,
     triton_cache_dir,
@@ -89,8 +93,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
     """What is wrong with the arguments, in one line, or None."""
     if args.cases < 1 or args.budget_s <= 0:
         return "--cases and --budget-s must be positive"
-    if not 1 <= args.workers <= args.cases:
-        return f"--workers must be between 1 and --cases ({args.cases}); got {args.workers}"
+    if args.workers != "auto" and not (args.workers.isdigit() and 1 <= int(args.workers) <= args.cases):
+        return f"--workers must be auto or between 1 and --cases ({args.cases}); got {args.workers}"
     if args.cprofile and not args.profile:
         return "--cprofile needs --profile"
     return None
@@ -119,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--budget-s", type=float, default=300.0, help="stop running cases once this many seconds have passed"
     )
-    ap.add_argument("--workers", type=int, default=1, help="processes on the one GPU (see README: how many fit)")
+    ap.add_argument(
+        "--workers",
+        default="1",
+        help="processes on the one GPU, or auto: as many as its memory, the host's and the cores hold (README)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="Hypothesis seed: the same seed gives the same cases, any N")
     ap.add_argument("--triton-cache", default=None, metavar="DIR", help="Triton's disk cache for this run")
     ap.add_argument("--json", default=None)
@@ -150,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PREFIX}: needs a CUDA GPU; torch {torch.__version__} sees none", file=sys.stderr)
         return 2
 
+    if args.workers == "auto":
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        gpu = torch.cuda.get_device_properties(0).total_memory
+        args.workers = min(args.cases, auto_workers(gpu, host, os.cpu_count() or 1))
+        print(f"{PREFIX}: --workers auto: {args.workers} ({gpu / GIB:.0f} GiB GPU, {host / GIB:.0f} GiB host)")
+    else:
+        args.workers = int(args.workers)
     cache, source = triton_cache_dir(args.triton_cache, os.environ)
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # the workers inherit it: one cache for all
     entries_start = cache_entries(cache)
@@ -247,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
             ],
         }
         write_report(Path(args.json), report)
+    failed = stats["numeric_fail"] + stats["path_mismatch"]
+    if failed:
+        print(f"{PREFIX}: {failed} of {n} cases failed the kernel tier's checks (listed above)", file=sys.stderr)
+        return 1
     return 0
 
 

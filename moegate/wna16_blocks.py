@@ -1,7 +1,8 @@
 """The kernel tier's int4 space against vLLM's block heuristic for its CUDA wNa16 kernel.
 
-vLLM sends int4 weights with group size 32, 64 or 128 at small batches (at most
-six valid tokens per expert) to a CUDA kernel that accepts only BLOCK_SIZE_K /
+vLLM's legacy entrypoint sends int4 weights with group size 32, 64 or 128 at small
+batches (at most six valid tokens per expert) to a CUDA kernel (the modular
+``TritonWNA16Experts`` never do) that accepts only BLOCK_SIZE_K /
 group size in 1, 2, 4, 8, and picks BLOCK_SIZE_K by a heuristic that does not
 keep to that (the kernel-tier benchmark crashed vLLM on an H200 with group size 32
 at the Qwen3-30B-A3B shape). The dispatch tier asks the installed vLLM's heuristic

@@ -30,15 +30,17 @@ draw builds it in:
   memory (``tools/probes/fp8_ep_stale_memory.py`` shows it). The modular experts
   avoid it (``a2_scale_is_global`` keeps those pairs). A numerics question of the
   legacy API, not of dispatch.
-- int4_w4a16 with group size 32 is not drawn at the Qwen3-30B-A3B shape. There,
-  at decode batches, vLLM's block heuristic for its CUDA wNa16 kernel grows
-  BLOCK_SIZE_K to 512 for the first product (hidden 2048), and the kernel accepts
-  only BLOCK_SIZE_K / group_size in 1, 2, 4, 8: the call raises (``moe_wna16_gemm
-  ... BLOCK_SIZE_K // group_size must be one of [1, 2, 4, 8]``) in 0.32.0 and
-  0.33.0 alike, the first time at 1 token and top-3. Found by the kernel-tier
-  benchmark on an H200; ``tools/probes/wna16_block_k.py`` lists every draw it
-  hits, and ``tests/dispatch/test_kernel_configs.py`` asks vLLM's heuristic that
-  no kernel-tier draw reaches it. A crash of vLLM's quantized kernels on every
+- int4_w4a16 with group size 32 is not drawn at the Qwen3-30B-A3B shape at the
+  legacy entrypoint. There, at decode batches, ``fused_experts`` sends int4 to
+  vLLM's CUDA wNa16 kernel, whose block heuristic grows BLOCK_SIZE_K to 512 for
+  the first product (hidden 2048), and the kernel accepts only BLOCK_SIZE_K /
+  group_size in 1, 2, 4, 8: the call raises (``moe_wna16_gemm ... BLOCK_SIZE_K //
+  group_size must be one of [1, 2, 4, 8]``) in 0.32.0 and 0.33.0 alike, the first
+  time at 1 token and top-3. The modular ``TritonWNA16Experts`` always launch the
+  Triton wNa16 kernel and run it. Found by the kernel-tier benchmark on an H200;
+  ``tools/probes/wna16_block_k.py`` lists every draw it hits and runs the
+  smallest, and ``tests/dispatch/test_kernel_configs.py`` asks vLLM's heuristic
+  that no legacy draw reaches it. A crash of vLLM's quantized kernels on every
   build, not a dispatch question, so the tier leaves it to the probe rather than
   fail every pull request on it.
 - fp8 needs a GPU with fp8 tensor cores (compute capability 8.9+); callers pass
@@ -68,7 +70,7 @@ PER_CHANNEL = (0, -1)
 """Both encodings of per-channel wNa16 vLLM uses: ``block_shape`` [0, 0] and the wNa16 oracle's [0, -1]."""
 FP8_PER_TENSOR, FP8_BLOCK = 0, 128
 INT4_GROUP_TOO_SMALL_AT_BIG_SHAPE = 32
-"""vLLM's CUDA wNa16 kernel rejects the block its own heuristic picks there (the module docstring)."""
+"""At the legacy entrypoint vLLM's CUDA wNa16 kernel rejects the block its own heuristic picks there (the module docstring)."""
 
 
 def group_sizes(scheme: str, entrypoint: str, expert_map: bool, shape: tuple[int, int, int]) -> tuple[int, ...]:
@@ -80,7 +82,7 @@ def group_sizes(scheme: str, entrypoint: str, expert_map: bool, shape: tuple[int
         return (FP8_BLOCK,) if expert_map and entrypoint == "legacy" else (FP8_PER_TENSOR, FP8_BLOCK)
     per_channel = PER_CHANNEL if scheme == "int8_w8a16" and entrypoint == "legacy" else ()
     grouped: tuple[int, ...] = WNA16_GROUP_SIZES
-    if scheme == "int4_w4a16" and shape == BIG_SHAPE:
+    if scheme == "int4_w4a16" and shape == BIG_SHAPE and entrypoint == "legacy":
         grouped = tuple(g for g in grouped if g != INT4_GROUP_TOO_SMALL_AT_BIG_SHAPE)
     return (*per_channel, *grouped)
 

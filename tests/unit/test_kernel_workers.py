@@ -34,6 +34,7 @@ from moegate.kernel_workers import (
     Tally,
     WorkerFailed,
     WorkerReport,
+    auto_workers,
     cache_entries,
     merge,
     profile_line,
@@ -264,7 +265,22 @@ def test_without_vllm_or_a_gpu_the_script_says_so_in_one_line_and_exits_2(
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and "needs a CUDA GPU" in err
     assert module.main(["--workers", "9", "--cases", "4"]) == 2
-    assert capsys.readouterr().err.strip() == "bench_kernels: --workers must be between 1 and --cases (4); got 9"
+    assert (
+        capsys.readouterr().err.strip() == "bench_kernels: --workers must be auto or between 1 and --cases (4); got 9"
+    )
+    assert module.main(["--workers", "all"]) == 2
+    assert "--workers must be auto or between" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("gpu_gib", "host_gib", "cores", "expected"),
+    [(139.8, 125.7, 16, 8), (23.65, 62.5, 16, 2), (80, 32, 32, 3), (24, 128, 2, 1), (4, 8, 1, 1)],
+    ids=["H200 machine", "RTX 4090 (24 GB: 23.65 GiB)", "host memory binds", "cores bind", "never below one"],
+)
+def test_auto_workers_is_the_tightest_of_gpu_host_and_cores(
+    gpu_gib: float, host_gib: float, cores: int, expected: int
+) -> None:
+    assert auto_workers(int(gpu_gib * 2**30), int(host_gib * 2**30), cores) == expected
 
 
 @pytest.mark.skipif(
@@ -279,23 +295,27 @@ def test_the_script_run_as_a_program_without_vllm_or_a_gpu_prints_one_line() -> 
     assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.parametrize("fail_tokens", [2, -1], ids=["a case fails: exit 1", "none fails: exit 0"])
 def test_the_script_end_to_end_with_stand_in_workers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    fail_tokens: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Everything the script does on a GPU but the GPU's part: arguments, cache, workers, lines, JSON."""
+    """Everything the script does on a GPU but the GPU's part: arguments, cache, workers, lines, JSON, exit."""
     module = bench()
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: object() if name == names.PACKAGE else real(name, *a)
     )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(module, "VllmRunner", functools.partial(StandIn, fail_tokens=2))
+    monkeypatch.setattr(module, "VllmRunner", functools.partial(StandIn, fail_tokens=fail_tokens))
     monkeypatch.setenv("TRITON_CACHE_DIR", "restored-after-the-test")
     cache, out = tmp_path / "triton", tmp_path / "kernels.json"
     (cache / "compiled-before").mkdir(parents=True)
     argv = ["--cases", "30", "--workers", "2", "--triton-cache", str(cache), "--json", str(out), "--profile"]
-    assert module.main(argv) == 0
-    lines = capsys.readouterr().out.splitlines()
+    assert module.main(argv) == (1 if fail_tokens > 0 else 0)
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    failed = [line for line in captured.err.splitlines() if "failed the kernel tier's checks" in line]
+    assert len(failed) == (1 if fail_tokens > 0 else 0), captured.err
     assert lines[0] == f"bench_kernels: Triton cache {cache} (--triton-cache): 1 entries at start"
     summary = next(line for line in lines if "cases/s" in line and line.startswith("bench_kernels: vLLM"))
     assert summary.startswith("bench_kernels: vLLM stand-in: 30 cases in ") and ", workers 2; {" in summary

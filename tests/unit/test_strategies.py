@@ -117,8 +117,9 @@ def unsupported(case: MoECase, entrypoint: str) -> list[str]:
         problems.append(f"wNa16 group size {q.group_size}")
     if q is not None and q.weight_only and q.group_size <= 0 and (q.scheme == "int4_w4a16" or entrypoint == "modular"):
         problems.append(f"per-channel {q.scheme} at {entrypoint}")
-    if q is not None and q.scheme == "int4_w4a16" and q.group_size == 32 and shape == (128, 2048, 768):
-        problems.append("int4 group size 32 at the Qwen3-30B-A3B shape")
+    int4_g32 = q is not None and q.scheme == "int4_w4a16" and q.group_size == 32
+    if int4_g32 and shape == (128, 2048, 768) and entrypoint == "legacy":
+        problems.append("legacy int4 group size 32 at the Qwen3-30B-A3B shape")
     if q is not None and not q.weight_only and q.group_size <= 0 and case.expert_map and entrypoint == "legacy":
         problems.append("fp8 per-tensor with an expert map at legacy")
     return problems
@@ -143,12 +144,12 @@ def test_kernel_cases_are_supported_by_construction(entrypoint, draw, data):
         ("legacy", {"quant": True, "schemes": "fp8", "expert_map": True}, lambda c: c.quant.group_size == 128),
         ("legacy", {}, lambda c: (c.num_experts, c.hidden, c.intermediate) == BIG_SHAPE),
         ("modular", {"quant": True, "schemes": "wna16"},
-         lambda c: c.quant.scheme == "int4_w4a16" and c.quant.group_size == 64
+         lambda c: c.quant.scheme == "int4_w4a16" and c.quant.group_size == 32
          and (c.num_experts, c.hidden, c.intermediate) == BIG_SHAPE),
         ("modular", {}, lambda c: c.dtype == "float32"),
     ],
     ids=["legacy int8 per-channel", "int4 grouped", "modular fp8 per-tensor, map", "legacy fp8 blocks, map",
-         "Qwen3-30B-A3B shape", "int4 at the Qwen3-30B-A3B shape", "float32"],
+         "Qwen3-30B-A3B shape", "modular int4 group 32 at the Qwen3-30B-A3B shape", "float32"],
 )  # fmt: skip
 def test_kernel_cases_still_reach_what_the_kernels_support(entrypoint, kwargs, reached):
     """Building the constraints in removed only the unsupported cases."""

@@ -88,6 +88,18 @@ def gpu_jobs_keep_labels_and_floor(wfs: Workflows) -> list[str]:
     return problems
 
 
+def nightly_sweeps_the_kernel_tier(wfs: Workflows) -> list[str]:
+    """The scheduled run's kernels legs check 5,000 generated cases (nox -s kernel-sweep); PRs do not wait for it."""
+    problems = []
+    runs = " ".join(str(s.get("run", "")) for job in _gpu_jobs(wfs[REUSABLE]["data"]).values() for s in job["steps"])
+    if not re.search(r'nox -s kernel-sweep -- "\$PR_ARG" "--cases=\$SWEEP_CASES"', runs):
+        problems.append(f"{REUSABLE}: the kernels legs no longer run nox -s kernel-sweep")
+    given = str(wfs[GATE]["data"]["jobs"]["moegate"].get("with", {}).get("kernel-sweep-cases", ""))
+    if given != "${{ github.event_name == 'schedule' && 5000 || 0 }}":
+        problems.append(f"gate.yml: kernel-sweep-cases is {given!r}, not 5000 on schedule and 0 otherwise")
+    return problems
+
+
 def no_privileged_trigger(wfs: Workflows) -> list[str]:
     problems = []
     for name, wf in wfs.items():
@@ -138,6 +150,7 @@ def hardened_jobs(wfs: Workflows) -> list[str]:
 RULES = [
     final_job_needs_everything,
     gpu_jobs_keep_labels_and_floor,
+    nightly_sweeps_the_kernel_tier,
     no_privileged_trigger,
     actions_pinned_by_sha,
     hardened_jobs,
@@ -179,6 +192,10 @@ def _zero_floor(wfs: Workflows) -> None:
     wfs[GATE]["data"]["jobs"]["moegate"]["with"]["min-kernel-tests"] = 0
 
 
+def _no_sweep(wfs: Workflows) -> None:
+    wfs[GATE]["data"]["jobs"]["moegate"]["with"].pop("kernel-sweep-cases")
+
+
 def _privileged(wfs: Workflows) -> None:
     wfs[GATE]["text"] = wfs[GATE]["text"].replace("  pull_request:\n", "  pull_request_target:\n", 1)
     wfs[GATE]["data"]["on" if "on" in wfs[GATE]["data"] else True]["pull_request_target"] = None
@@ -218,6 +235,7 @@ def _no_timeout(wfs: Workflows) -> None:
         (_drop_labels, gpu_jobs_keep_labels_and_floor, "not on the ['gpu', 'self-hosted'] pool"),
         (_drop_floor, gpu_jobs_keep_labels_and_floor, "lost its executed-kernel-test minimum"),
         (_zero_floor, gpu_jobs_keep_labels_and_floor, "gate.yml passes 0"),
+        (_no_sweep, nightly_sweeps_the_kernel_tier, "kernel-sweep-cases is '', not 5000 on schedule"),
         (_privileged, no_privileged_trigger, "gate.yml: privileged trigger pull_request_target"),
         (_workflow_run, no_privileged_trigger, "vllm-caller.yml: privileged trigger workflow_run"),
         (_tag_pin, actions_pinned_by_sha, "actions/upload-artifact@v6 is not pinned by a full commit SHA"),

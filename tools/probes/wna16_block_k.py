@@ -2,8 +2,8 @@
 
 Why the kernel tier leaves out int4 with group size 32 at the Qwen3-30B-A3B shape
 (``strategies/kernels.py``): the kernel-tier benchmark crashed there on an H200.
-vLLM sends int4 weights with group size 32, 64 or 128 at small batches (at most six
-valid tokens per expert) to a CUDA kernel that accepts only BLOCK_SIZE_K / group
+At the legacy entrypoint vLLM sends int4 weights with group size 32, 64 or 128 at
+small batches (at most six valid tokens per expert) to a CUDA kernel that accepts only BLOCK_SIZE_K / group
 size in 1, 2, 4, 8; its block heuristic grows BLOCK_SIZE_K with the problem and can
 pass 8 x 32.
 
@@ -14,6 +14,10 @@ them (1 token, top-3) through both entrypoints, with group size 32 and, as the
 control, 64; each row says whether vLLM raised and with what.
 
     PYTHONPATH=. python tools/probes/wna16_block_k.py [--run] [--json out.json]
+
+Found (H200, vLLM 0.33.0, 2026-11-29; ``tools/probes/README.md``): the legacy
+group-32 call raises, the modular one (Triton's wNa16 kernel) and both group-64
+controls run and match the reference.
 
 Exit 0 either way the answer goes: it reports, it does not gate. No vLLM, or
 ``--run`` without a GPU: one line and exit 2.
