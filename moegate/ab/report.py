@@ -52,12 +52,22 @@ class Report:
     markdown: str
 
 
+WIDE_RATIO = 10.0
+"""An interval bound past ten times the base says only "unbounded": with one Welch degree of
+freedom and Holm's small alpha the exact bound runs to twenty digits and more, which reads as a
+figure. Shown as "> +900%"; verdict.json keeps the exact value."""
+
+
+def _bound(ratio: float) -> str:
+    return f"> {WIDE_RATIO - 1:+.0%}" if ratio > WIDE_RATIO else f"{ratio - 1:+.1%}"
+
+
 def _change_cell(lv) -> str:
     if lv.ratio is None:
         return "–"
     text = f"{lv.change:+.1%}"
     if lv.ci is not None:
-        text += f" [{lv.ci[0] - 1:+.1%}, {lv.ci[1] - 1:+.1%}]"
+        text += f" [{_bound(lv.ci[0])}, {_bound(lv.ci[1])}]"
     return text.replace("-", "−")
 
 

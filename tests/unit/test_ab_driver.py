@@ -364,6 +364,16 @@ def test_report_markdown_and_plot(tmp_path):
     assert raw["levels"][1]["verdict"] == IMPROVED and "traffic" in raw and raw["gate_passed"] is True
 
 
+@pytest.mark.parametrize(
+    ("ci", "shown"),
+    [((0.95, 1.2), "[−5.0%, +20.0%]"), ((0.0, 2.2e21), "[−100.0%, > +900%]"), ((0.5, 10.0), "[−50.0%, +900.0%]")],
+    ids=["ordinary", "unbounded above", "at the edge"],
+)
+def test_an_interval_past_ten_times_the_base_reads_as_unbounded(ci, shown):
+    level = SimpleNamespace(ratio=1.1, change=0.1, ci=ci)
+    assert report._change_cell(level) == f"+10.0% {shown}"
+
+
 def test_cli_report_only_and_gate(tmp_path, capsys):
     run = synthetic_run()
     for s in run.starts:  # make the PR 10 % slower at every level
