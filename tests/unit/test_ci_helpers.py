@@ -319,3 +319,53 @@ def test_ab_default_server_args_bound_the_kv_share_and_admit_the_top_level(noxfi
     assert args[args.index("--max-num-seqs") + 1] == "4"
     args = noxfile._ab_server_args("1,2,3,4,8,16").split()
     assert args[args.index("--max-num-seqs") + 1] == "16"
+
+
+# --- .ci/gsm8k: the hosted jobs' GSM8K download, checked before any test reads it -------
+
+CURL_SHIM = """#!/usr/bin/env bash
+# stands in for the download only: `curl ... -o FILE URL` writes FILE from $SHIM_SOURCE/<basename of URL>
+while [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift 2 ;; *) url="$1"; shift ;; esac; done
+cp "$SHIM_SOURCE/${url##*/}" "$out"
+"""
+
+
+def _fetch_gsm8k(tmp_path: Path, source: Path) -> subprocess.CompletedProcess[str]:
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "curl").write_text(CURL_SHIM)
+    (shim / "curl").chmod(0o755)
+    (tmp_path / "runner").mkdir()
+    env = {
+        "PATH": f"{shim}:/usr/bin:/bin",
+        "RUNNER_TEMP": str(tmp_path / "runner"),
+        "GITHUB_ENV": str(tmp_path / "github_env"),
+        "SHIM_SOURCE": str(source),
+    }
+    (tmp_path / "github_env").write_text("")
+    return subprocess.run(
+        [str(ROOT / ".ci" / "gsm8k")], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_a_gsm8k_download_that_is_not_the_published_file_fails_the_step_and_exports_nothing(tmp_path):
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    for name in ("test.jsonl", "train.jsonl"):
+        (changed / name).write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    proc = _fetch_gsm8k(tmp_path, changed)
+    assert proc.returncode == 1
+    assert "not the published file" in proc.stderr.strip().splitlines()[-1]
+    assert (tmp_path / "github_env").read_text() == ""
+
+
+def test_the_published_gsm8k_files_are_exported_to_the_later_steps(tmp_path):
+    from moegate.e2e.datasets import DataError, gsm8k_file
+
+    try:
+        source = gsm8k_file("train.jsonl").parent
+    except DataError as exc:
+        pytest.skip(f"GSM8K is not beside the checkout: {exc}")
+    proc = _fetch_gsm8k(tmp_path, source)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "github_env").read_text() == f"MOEGATE_GSM8K_DIR={tmp_path / 'runner' / 'gsm8k'}\n"

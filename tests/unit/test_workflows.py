@@ -147,6 +147,56 @@ def hardened_jobs(wfs: Workflows) -> list[str]:
     return problems
 
 
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+GSM8K_SESSIONS = ("unit", "e2e-smoke")  # sessions whose tests read GSM8K (and skip without it)
+NOX_SESSION = re.compile(r"\bnox -s ([A-Za-z][\w.-]*(?: [A-Za-z][\w.-]*)*)")
+
+
+def _hosted_jobs(wfs: Workflows) -> dict[str, dict[str, Any]]:
+    """(workflow:job) -> job for every job with steps that runs on GitHub's machines (not self-hosted)."""
+    return {
+        f"{name}:{job_name}": job
+        for name, wf in wfs.items()
+        for job_name, job in wf["data"]["jobs"].items()
+        if "steps" in job and "self-hosted" not in _labels(job)
+    }
+
+
+def _sessions(step: dict[str, Any]) -> set[str]:
+    return {s for m in NOX_SESSION.finditer(str(step.get("run", ""))) for s in m.group(1).split()}
+
+
+def hosted_nox_jobs_use_cpu_torch(wfs: Workflows) -> list[str]:
+    """A hosted job that runs nox builds torch's CPU build (MOEGATE_TORCH_INDEX), never PyPI's CUDA torch.
+
+    Without the index the unit env (also mypy's, in `nox -s lint`) resolves torch from PyPI,
+    where 2.13.0 is the CUDA build with its nvidia wheels: gigabytes on every run.
+    """
+    problems = []
+    for where, job in _hosted_jobs(wfs).items():
+        if not any(_sessions(s) for s in job["steps"]):
+            continue
+        name = where.partition(":")[0]
+        index = {**(wfs[name]["data"].get("env") or {}), **(job.get("env") or {})}.get("MOEGATE_TORCH_INDEX")
+        if index != CPU_TORCH_INDEX:
+            problems.append(f"{where} runs nox without MOEGATE_TORCH_INDEX={CPU_TORCH_INDEX} (got {index!r})")
+    return problems
+
+
+def hosted_gsm8k_jobs_fetch_it(wfs: Workflows) -> list[str]:
+    """A hosted job whose tests read GSM8K fetches it (.ci/gsm8k, sha256-checked) before them, so they run, not skip."""
+    problems = []
+    for where, job in _hosted_jobs(wfs).items():
+        steps = job["steps"]
+        uses = [i for i, s in enumerate(steps) if _sessions(s) & set(GSM8K_SESSIONS)]
+        if not uses:
+            continue
+        fetch = [i for i, s in enumerate(steps) if str(s.get("run", "")).strip() == ".ci/gsm8k"]
+        if not fetch or fetch[0] > uses[0]:
+            problems.append(f"{where} runs {'/'.join(sorted(_sessions(steps[uses[0]])))} without .ci/gsm8k before it")
+    return problems
+
+
 RULES = [
     final_job_needs_everything,
     gpu_jobs_keep_labels_and_floor,
@@ -154,6 +204,8 @@ RULES = [
     no_privileged_trigger,
     actions_pinned_by_sha,
     hardened_jobs,
+    hosted_nox_jobs_use_cpu_torch,
+    hosted_gsm8k_jobs_fetch_it,
 ]
 
 
@@ -227,6 +279,26 @@ def _no_timeout(wfs: Workflows) -> None:
     wfs[REUSABLE]["data"]["jobs"]["plan"].pop("timeout-minutes")
 
 
+def _lint_without_cpu_torch(wfs: Workflows) -> None:
+    wfs[GATE]["data"]["jobs"]["lint"].pop("env")
+
+
+def _meta_on_pypi_torch(wfs: Workflows) -> None:
+    wfs[REUSABLE]["data"]["jobs"]["meta"]["env"]["MOEGATE_TORCH_INDEX"] = "https://pypi.org/simple"
+
+
+def _unit_without_gsm8k(wfs: Workflows) -> None:
+    steps = wfs[GATE]["data"]["jobs"]["unit"]["steps"]
+    wfs[GATE]["data"]["jobs"]["unit"]["steps"] = [s for s in steps if s.get("run") != ".ci/gsm8k"]
+
+
+def _gsm8k_too_late(wfs: Workflows) -> None:
+    steps = wfs[GATE]["data"]["jobs"]["e2e-smoke"]["steps"]
+    fetch = next(s for s in steps if s.get("run") == ".ci/gsm8k")
+    steps.remove(fetch)
+    steps.append(fetch)
+
+
 @pytest.mark.parametrize(
     ("edit", "rule", "says"),
     [
@@ -243,6 +315,10 @@ def _no_timeout(wfs: Workflows) -> None:
         (_splice, hardened_jobs, "splices an expression into a script"),
         (_persisted_token, hardened_jobs, "without persist-credentials: false"),
         (_no_timeout, hardened_jobs, "job 'plan' has no timeout-minutes"),
+        (_lint_without_cpu_torch, hosted_nox_jobs_use_cpu_torch, "gate.yml:lint runs nox without MOEGATE_TORCH_INDEX"),
+        (_meta_on_pypi_torch, hosted_nox_jobs_use_cpu_torch, "moegate.yml:meta runs nox without"),
+        (_unit_without_gsm8k, hosted_gsm8k_jobs_fetch_it, "gate.yml:unit runs unit without .ci/gsm8k before it"),
+        (_gsm8k_too_late, hosted_gsm8k_jobs_fetch_it, "gate.yml:e2e-smoke runs ab-smoke/e2e-smoke without .ci/gsm8k"),
     ],
     ids=lambda v: getattr(v, "__name__", None),
 )
