@@ -796,6 +796,20 @@ def lint(session: nox.Session) -> None:
     )
 
 
+@nox.session(name="ci-replay", python=False)
+def ci_replay(session: nox.Session) -> None:
+    """The hosted jobs of gate.yml and moegate.yml through act, on this machine (slow: not in the test command).
+
+    tools/ci_replay/README.md: the stand-ins and why. Writes results/ci-replay.md and .json.
+    Arguments go to the replay: `nox -s ci-replay -- --jobs=e2e-smoke`, `-- --help`.
+    """
+    py = _shared_env(session, "_ci-replay", requirements("replay", project=False))
+    path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    session.run(
+        str(py), "-m", "tools.ci_replay", *session.posargs, env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True
+    )
+
+
 @nox.session(name="install-dry-run", python=False)
 def install_dry_run(session: nox.Session) -> None:
     """Does every environment resolve from the public registries alone (no local wheels)? Writes reports/install-dry-run.md."""

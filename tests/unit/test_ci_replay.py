@@ -1,0 +1,61 @@
+"""The CI replay's job list covers every hosted job of the workflows (tools/ci_replay, no act needed)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.support import ROOT
+from tools.ci_replay.jobs import RUNS, hosted_jobs, replayed, run_for, unreplayed
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is not installed here (the unit env has it: nox -s unit)")
+
+
+def _workflows() -> dict:
+    return {p.name: yaml.safe_load(p.read_text()) for p in sorted((ROOT / ".github" / "workflows").glob("*.yml"))}
+
+
+def test_the_replay_runs_every_hosted_job_of_the_workflows_and_nothing_else():
+    assert unreplayed(_workflows()) == []
+
+
+def test_a_new_hosted_job_missing_from_the_replay_is_named():
+    wfs = copy.deepcopy(_workflows())
+    wfs["gate.yml"]["jobs"]["docs"] = {"runs-on": "ubuntu-24.04", "steps": [{"run": "true"}]}
+    assert unreplayed(wfs) == [
+        "gate.yml:docs: a hosted job the replay does not run (add it to tools/ci_replay/jobs.py RUNS)"
+    ]
+
+
+def test_a_replayed_job_that_left_the_workflows_is_named():
+    wfs = copy.deepcopy(_workflows())
+    del wfs["moegate.yml"]["jobs"]["meta"]
+    assert unreplayed(wfs) == ["moegate.yml:meta: replayed, but not a hosted job of the workflows"]
+
+
+def test_self_hosted_and_calling_jobs_are_not_hosted_jobs():
+    hosted = hosted_jobs(_workflows())
+    assert "moegate.yml:gpu" not in hosted and "gate.yml:moegate" not in hosted
+    assert {"gate.yml:lint", "gate.yml:power", "moegate.yml:plan", "moegate.yml:verdict"} <= set(hosted)
+
+
+def test_each_replayed_job_runs_on_an_event_that_triggers_it():
+    wfs = _workflows()
+    on = wfs["gate.yml"].get("on", wfs["gate.yml"].get(True))
+    for run in RUNS:
+        assert run.event in on, run
+        for job in run.jobs:
+            workflow, _, job_id = job.partition(":")
+            condition = str(wfs[workflow]["jobs"][job_id].get("if", ""))
+            if "github.event_name ==" in condition:
+                assert f"'{run.event}'" in condition, (job, condition)
+
+
+def test_one_job_alone_is_replayed_with_what_act_must_run_with_it():
+    assert run_for("lint").target == "lint" and run_for("gate.yml:power").event == "workflow_dispatch"
+    assert run_for("dispatch").target == "moegate" and "moegate.yml:plan" in run_for("dispatch").jobs
+    assert run_for("gate").target is None and run_for("gate").jobs == RUNS[0].jobs
+    with pytest.raises(KeyError, match="'gpu' is not a replayed job"):
+        run_for("gpu")
+    assert len(replayed()) == len(set(replayed()))

@@ -1,0 +1,3 @@
+from tools.ci_replay.replay import main
+
+raise SystemExit(main())
