@@ -638,7 +638,7 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
         )
         session.run(vllm_py, "-m", "pytest", *units, env={"PYTHONPATH": str(ROOT)}, external=True)
     if bless:
-        target = "tests/e2e/test_e2e_cpu.py::test_same_build_twice_passes_both_gates_and_matches_its_golden"
+        target = "tests/e2e/test_e2e_cpu.py::test_same_build_twice_passes_both_gates_and_blesses_its_goldens"
         session.run(str(driver), "-m", "pytest", target, "--bless", env=env, external=True)
         return
     session.run(str(driver), "-m", "pytest", "tests/e2e", env=env, external=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 from moegate.e2e import report
 from moegate.e2e.build import Build, BuildError, env_pairs, parse_build
 from moegate.e2e.datasets import DataError
+from moegate.e2e.goldens import E2E_GOLDEN_DIR as GOLDEN_DIR
 from moegate.e2e.server import ServerError, teardown_on_termination
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=str(ROOT / "reports" / "e2e-run"))
     r.add_argument("--report", default=str(ROOT / "reports" / "e2e.md"))
     r.add_argument("--bless", action="store_true", help="write this run's records as the goldens of their keys")
+    r.add_argument("--golden-dir", default=str(GOLDEN_DIR), help="the goldens' folder (default: the committed one)")
     c = sub.add_parser("compare", help="compare two builds' raw results of an earlier run (no server)")
     c.add_argument("--raw", required=True, help="the run's --out folder (greedy-LABEL.json, gsm8k-LABEL/)")
     c.add_argument("--base", required=True, help="label of the base build in that folder")
@@ -73,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--max-tokens", type=int, default=128)
     c.add_argument("--report", required=True)
     c.add_argument("--bless", action="store_true")
+    c.add_argument("--golden-dir", default=str(GOLDEN_DIR), help="the goldens' folder (default: the committed one)")
     pr = sub.add_parser("prompts", help="the greedy gate's prompt set")
     g = pr.add_mutually_exclusive_group(required=True)
     g.add_argument("--select", type=int, metavar="N", help="rewrite golden/e2e/sharegpt-prompts.json with N prompts")
@@ -107,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, eval_python=args.eval_python, gsm8k_limit=args.gsm8k_limit,
         gsm8k_task=args.gsm8k_task, gsm8k_dir=args.gsm8k_dir, gsm8k_repeat=not args.no_gsm8k_repeat,
         gsm8k_in_flight=args.gsm8k_in_flight,
-        startup_timeout_s=args.startup_timeout, bless=args.bless,
+        startup_timeout_s=args.startup_timeout, bless=args.bless, golden_dir=Path(args.golden_dir),
     )  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -168,7 +171,7 @@ def _compare(args: argparse.Namespace) -> int:
     opts = e2e.Options(
         model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=tuple(args.gates.split(",")),
         in_flight=in_flight, max_tokens=args.max_tokens, gsm8k_limit=args.gsm8k_limit, bless=args.bless,
-        gsm8k_in_flight=args.gsm8k_in_flight,
+        gsm8k_in_flight=args.gsm8k_in_flight, golden_dir=Path(args.golden_dir),
     )  # fmt: skip
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
     results = e2e.compare_builds(runs[0], runs[1], opts, decode)

