@@ -20,7 +20,10 @@ from moegate.ab.verdict import (
     DEFAULT_ALPHA,
     DEFAULT_GATE_THRESHOLD,
     DEFAULT_MIN_CHANGE,
+    DEFAULT_POWER,
+    DEFAULT_RESOLVE_CHANGE,
     NO_VERDICT,
+    STARTS_CAP,
     Verdict,
     compare,
     rule_text,
@@ -62,6 +65,12 @@ def _bound(ratio: float) -> str:
     return f"> {WIDE_RATIO - 1:+.0%}" if ratio > WIDE_RATIO else f"{ratio - 1:+.1%}"
 
 
+def _needed_cell(n: int | None) -> str:
+    if n is None:
+        return "–"
+    return f"> {STARTS_CAP}" if n > STARTS_CAP else str(n)
+
+
 def _change_cell(lv) -> str:
     if lv.ratio is None:
         return "–"
@@ -96,7 +105,10 @@ def markdown(
         ),
         "",
     ]
-    header = ["in flight", "starts (base / PR)", "output tok/s, base", "output tok/s, PR", "change [CI]", "verdict"]
+    header = [
+        "in flight", "starts (base / PR)", "output tok/s, base", "output tok/s, PR", "change [CI]", "verdict",
+        f"starts a build to resolve ±{DEFAULT_RESOLVE_CHANGE:.0%}",
+    ]  # fmt: skip
     if traffic is not None:
         header += ["expert bytes/step (base / PR)", f"achieved GB/s (base / PR), peak {traffic.uva_peak_gbps:g}"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -108,6 +120,7 @@ def markdown(
             _range(lv.pr),
             _change_cell(lv),
             f"**{lv.verdict}**" if lv.verdict in ("improved", "regressed") else lv.verdict,
+            _needed_cell(lv.starts_needed),
         ]
         if traffic is not None:
             t = traffic.level(lv.concurrency)
@@ -128,7 +141,11 @@ def markdown(
         (
             f"**Rule.** {rule_text(verdict.alpha, verdict.min_change, verdict.gate_threshold)} "
             f"Holm family here: {verdict.family_size} level(s); CI = the Holm-adjusted interval of "
-            "PR/base − 1."
+            "PR/base − 1. "
+            f"*Starts a build to resolve ±{DEFAULT_RESOLVE_CHANGE:.0%}*: at this level's measured spread (pooled sd "
+            f"of log tok/s), the fewest starts a build for which a true {DEFAULT_RESOLVE_CHANGE:.0%} change is "
+            f"significant at alpha/m with {DEFAULT_POWER:.0%} power (exact noncentral t); a point estimate, "
+            "so an order of magnitude (moegate/ab/verdict.py, rule item 6)."
         ),
     ]
     notes = [f"c={lv.concurrency}: {lv.reason}" for lv in verdict.levels if lv.verdict == NO_VERDICT]

@@ -32,6 +32,21 @@ concurrency:
    (``p = 1``, interval ``[1, 1]``): no division by zero happens on either branch. Levels
    without a verdict are not part of Holm's family.
 
+6. **Starts needed.** Per level, how many starts a build the measured spread would need to
+   resolve a change of ``resolve_change`` (default 5 %), so "within spread" can be read as
+   "no change" or as "not enough data". The per-start spread is the pooled standard deviation
+   of ``log(tok/s)`` over both builds' starts at that level (``s``, ``n_base + n_pr - 2``
+   degrees of freedom). With ``n`` starts a build the comparison has ``se = s * sqrt(2/n)``
+   and ``2n - 2`` degrees of freedom; a true change of ``delta = log(1 + resolve_change)`` is
+   resolved when the two-sided test at ``alpha / m`` (Holm's strictest step, ``m`` the
+   levels with a verdict, so the figure holds whatever the level's rank) rejects with
+   probability at least ``power`` (default 0.8): the power of the t test is exact, from the
+   noncentral t with noncentrality ``delta / se``. ``starts_needed`` is the smallest such
+   ``n >= 2``, reported as "> cap" past ``STARTS_CAP``. It is a point estimate: ``s`` from
+   2-4 starts a build is itself uncertain (its 95 % interval spans about a factor of 3 at
+   2 degrees of freedom), so read it as an order of magnitude. Zero spread needs the 2 starts
+   of the rule; fewer than 2 starts in all leave it unknown.
+
 **Gate mode** fails when any level is *regressed* with a point estimate at or below
 ``-gate_threshold`` (default 3 %): a regression must be significant after Holm, at least
 ``min_change`` from the faster build's side, and at least ``gate_threshold`` in PR/base
@@ -56,6 +71,9 @@ DEFAULT_ALPHA = 0.05
 DEFAULT_MIN_CHANGE = 0.02
 DEFAULT_GATE_THRESHOLD = 0.03
 MIN_STARTS = 2
+DEFAULT_RESOLVE_CHANGE = 0.05
+DEFAULT_POWER = 0.8
+STARTS_CAP = 1000
 
 
 @dataclass(frozen=True)
@@ -141,6 +159,7 @@ class LevelVerdict:
     confidence: float | None = None  # of ``ci``: Holm-adjusted
     ci: tuple[float, float] | None = None
     ci95: tuple[float, float] | None = None  # unadjusted, for reference
+    starts_needed: int | None = None  # a build, to resolve a 5 % change (rule item 6); cap + 1 past the cap
 
     @property
     def change(self) -> float | None:
@@ -191,6 +210,60 @@ def rule_text(
     )
 
 
+def pooled_log_sd(base: Sequence[float], pr: Sequence[float]) -> float | None:
+    """Pooled standard deviation of log(tok/s) over both builds' starts (``None`` below 1 degree of freedom)."""
+    groups = [g for g in (_logs(base, "base"), _logs(pr, "pr")) if len(g) >= 2]
+    dof = sum(len(g) - 1 for g in groups)
+    if dof < 1:
+        return None
+    ss = math.fsum(_var(g) * (len(g) - 1) for g in groups)
+    return math.sqrt(ss / dof)
+
+
+def t_test_power(n: int, sd: float, change: float, alpha: float) -> float:
+    """Power of the two-sided equal-n two-sample t test at ``alpha`` for a true ratio of ``1 + change``."""
+    from scipy import stats
+
+    delta = abs(math.log1p(change))
+    if sd == 0.0:
+        return 1.0 if delta > 0 else 0.0
+    df = 2 * n - 2
+    nc = delta / (sd * math.sqrt(2.0 / n))
+    crit = float(stats.t.ppf(1.0 - alpha / 2.0, df))
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+
+
+def starts_needed(
+    base: Sequence[float],
+    pr: Sequence[float],
+    *,
+    change: float = DEFAULT_RESOLVE_CHANGE,
+    alpha: float = DEFAULT_ALPHA,
+    power: float = DEFAULT_POWER,
+    cap: int = STARTS_CAP,
+) -> int | None:
+    """Rule item 6: the smallest ``n >= MIN_STARTS`` a build whose t test resolves ``change`` with ``power``.
+
+    ``cap + 1`` when even ``cap`` starts would not; ``None`` when the spread cannot be estimated."""
+    sd = pooled_log_sd(base, pr)
+    if sd is None:
+        return None
+    if sd == 0.0:
+        return MIN_STARTS
+    lo, hi = MIN_STARTS, MIN_STARTS
+    while t_test_power(hi, sd, change, alpha) < power:
+        if hi >= cap:
+            return cap + 1
+        lo, hi = hi, min(cap, hi * 2)
+    while lo < hi:  # power grows with n: bisect for the first n that reaches it
+        mid = (lo + hi) // 2
+        if t_test_power(mid, sd, change, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
 def compare(
     base: Mapping[int, Sequence[float]],
     pr: Mapping[int, Sequence[float]],
@@ -228,7 +301,8 @@ def compare(
         b, p = tuple(base.get(c, ())), tuple(pr.get(c, ()))
         if c in early:
             reason, ratio = early[c]
-            out.append(LevelVerdict(c, b, p, NO_VERDICT, reason, ratio=ratio))
+            need = starts_needed(b, p, alpha=alpha / max(1, len(tests)))
+            out.append(LevelVerdict(c, b, p, NO_VERDICT, reason, ratio=ratio, starts_needed=need))
             continue
         w, ph = tests[c], adjusted[c]
         gamma = alpha * w.p / ph if ph > 0 else alpha / len(tests)
@@ -257,6 +331,7 @@ def compare(
                 confidence=confidence,
                 ci=ci,
                 ci95=_interval(w, 0.95),
+                starts_needed=starts_needed(b, p, alpha=alpha / len(tests)),
             )
         )
     failures = []

@@ -353,7 +353,10 @@ def test_report_markdown_and_plot(tmp_path):
     rep = report.write(synthetic_run(), tmp_path, TrafficModel(QWEN30B), gate=True)
     md = (tmp_path / "report.md").read_text()
     assert md == rep.markdown
-    assert "| in flight | starts (base / PR) | output tok/s, base | output tok/s, PR | change [CI] | verdict |" in md
+    assert (
+        "| in flight | starts (base / PR) | output tok/s, base | output tok/s, PR | change [CI] | verdict "
+        "| starts a build to resolve ±5% |" in md
+    )
     assert "| 2 | 3 / 3 | 22.1–22.3 | 23.7–23.9 | +7.2%" in md and "**improved**" in md
     assert "| 8 | 3 / 3 | 34.5–34.9 | 33.5–35.0 |" in md and "within spread" in md
     assert "(naive) /" in md and "achieved GB/s" in md and "Gate: passed" in md
@@ -362,6 +365,11 @@ def test_report_markdown_and_plot(tmp_path):
     assert png.is_file() and png.stat().st_size > 5000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     raw = json.loads((tmp_path / "verdict.json").read_text())
     assert raw["levels"][1]["verdict"] == IMPROVED and "traffic" in raw and raw["gate_passed"] is True
+    # every level with spread says how many starts a build would resolve a 5 % change; the cell is that figure
+    needed = [lv["starts_needed"] for lv in raw["levels"]]
+    assert all(isinstance(n, int) and n >= 2 for n in needed), needed
+    row8 = next(ln for ln in md.splitlines() if ln.startswith("| 8 | 3 / 3 |"))
+    assert row8.split("|")[7].strip() == str(needed[3])
 
 
 @pytest.mark.parametrize(

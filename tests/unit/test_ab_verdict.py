@@ -20,7 +20,10 @@ from moegate.ab.verdict import (
     WITHIN,
     compare,
     holm,
+    pooled_log_sd,
     rule_text,
+    starts_needed,
+    t_test_power,
     welch,
 )
 
@@ -290,3 +293,56 @@ def test_verdicts_agree_with_the_reported_interval(data):
             for lv in v.levels
         )
     )
+
+
+# --- rule item 6: how many starts a build would resolve a 5 % change -----------------------
+
+
+def _simulated_power(n: int, sd: float, change: float, alpha: float, trials: int = 4000) -> float:
+    """The t test's rejection rate for n lognormal starts a build with a true ratio 1 + change (fixed seed)."""
+    import numpy as np
+    from scipy import stats
+
+    rng = np.random.default_rng(20261201)
+    base = rng.normal(0.0, sd, size=(trials, n))
+    pr = rng.normal(math.log1p(change), sd, size=(trials, n))
+    p = stats.ttest_ind(pr, base, axis=1).pvalue
+    return float(np.mean(p < alpha))
+
+
+@pytest.mark.parametrize(("sd", "alpha"), [(0.03, 0.05), (0.06, 0.05), (0.04, 0.05 / 3)])
+def test_starts_needed_is_the_first_count_whose_simulated_power_reaches_80_percent(sd, alpha):
+    n = starts_needed_for_sd(sd, alpha)
+    assert t_test_power(n, sd, 0.05, alpha) >= 0.8 > t_test_power(n - 1, sd, 0.05, alpha) or n == 2
+    # the exact power agrees with a simulation of the same test (4,000 trials: binomial sd < 0.7 %)
+    for k in (n - 1, n):
+        if k >= 2:
+            assert abs(_simulated_power(k, sd, 0.05, alpha) - t_test_power(k, sd, 0.05, alpha)) < 0.03
+
+
+def starts_needed_for_sd(sd: float, alpha: float) -> int:
+    """starts_needed on samples whose pooled log sd is exactly ``sd`` (two starts a build at ±sd/sqrt(2))."""
+    half = sd / math.sqrt(2.0)
+    base = [math.exp(-half), math.exp(half)]
+    pr = [math.exp(0.01 - half), math.exp(0.01 + half)]
+    assert pooled_log_sd(base, pr) == pytest.approx(sd)
+    n = starts_needed(base, pr, alpha=alpha)
+    assert n is not None
+    return n
+
+
+def test_more_spread_needs_more_starts_and_zero_spread_needs_the_rules_two():
+    counts = [starts_needed_for_sd(sd, 0.05) for sd in (0.005, 0.02, 0.05, 0.1)]
+    assert counts == sorted(counts) and counts[0] == 2 and counts[-1] > counts[1]
+    assert starts_needed([10.0, 10.0], [11.0, 11.0]) == 2
+    assert starts_needed([10.0], [11.0]) is None  # no degree of freedom: unknown, not a guess
+    assert starts_needed([1.0, 3.0], [1.0, 3.0], cap=50) == 51  # past the cap: said, not searched forever
+
+
+def test_compare_reports_starts_needed_at_holms_strictest_alpha():
+    base = {1: [100.0, 104.0, 98.0], 2: [200.0, 190.0, 205.0]}
+    pr = {1: [101.0, 103.0, 99.0], 2: [199.0, 201.0, 197.0]}
+    v = compare(base, pr)
+    for lv in v.levels:
+        assert lv.starts_needed == starts_needed(lv.base, lv.pr, alpha=0.05 / v.family_size)
+    assert compare({1: [100.0]}, {1: [101.0, 102.0]}).levels[0].starts_needed is not None  # no verdict, spread known
