@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from tools.ci_replay.jobs import CALLER, RUNS, Run, hosted_jobs, replayed, run_for, unreplayed
+from tools.ci_replay.jobs import RUNS, Run, hosted_jobs, replayed, run_for, unreplayed
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -40,6 +40,7 @@ PINNED = re.compile(r"uses:\s*([\w.-]+)/([\w.-]+)(?:/[^@\s]*)?@([0-9a-f]{40})")
 STUBBED_ACTIONS = {("actions", "upload-artifact")}  # no stored snapshot holds its dist/ (README: stand-ins)
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # not /usr/local/bin: this machine keeps CUDA's nvcc there
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 HASH_DIR = re.compile(r"^[0-9a-f]{16}$")  # act's per-job folder in host mode (workspace, RUNNER_TEMP)
 
 
@@ -83,33 +84,56 @@ def _commit(repo: Path, message: str) -> str:
     return _run(["git", "-C", str(repo), "rev-parse", "HEAD"]).stdout.strip()
 
 
-def rewrite(path: Path, old: str, new: str, why: str, regex: bool = False) -> None:
-    """One stand-in edit of the copy; a stand-in that no longer matches is an error, never a silent no-op."""
-    text = path.read_text()
+def rewrite(text: str, old: str, new: str, why: str, where: str, regex: bool = False) -> str:
+    """One stand-in edit; a stand-in that no longer matches is an error, never a silent no-op."""
     changed, count = re.subn(old, new, text, flags=re.MULTILINE) if regex else (text.replace(old, new), text.count(old))
     if count == 0:
-        raise ReplayError(f"stand-in '{why}' no longer applies: {old!r} not in {path.name}")
-    path.write_text(changed)
+        raise ReplayError(f"stand-in '{why}' no longer applies: {old!r} not in {where}")
+    return changed
 
 
-def apply_stand_ins(copy: Path, torch_index: Path, gsm8k: Path) -> None:
-    wf = copy / ".github" / "workflows"
-    rewrite(wf / "gate.yml", "uses: $/", "uses: ./", "self-repository uses: $/ -> ./")
-    rewrite(
-        wf / "moegate.yml",
-        r"^ +(repository: \$\{\{ inputs\.moegate-repository \|\| github\.repository \}\}|ref: \$\{\{ inputs\.moegate-ref \}\})\n",
-        "",
-        "checkout of this repository by expression -> act's local checkout",
-        regex=True,
+REPLAY_WORKFLOWS = ".nox/ci-replay"  # in the copy, ignored: act reads the called workflow there, no job sees it
+PUBLIC_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+SELF_CHECKOUT = r"^ +(repository: \$\{\{ inputs\.moegate-repository \|\| github\.repository \}\}|ref: \$\{\{ inputs\.moegate-ref \}\})\n"
+
+
+def replay_workflows(copy: Path, run_dir: Path, index: Path) -> Path:
+    """The workflows as act runs them, stand-ins applied; the copy's own .github/workflows stay as committed.
+
+    The jobs check the workflows themselves (the unit tier's workflow rules, zizmor and
+    actionlint in lint), so the edited files live where no job reads them: gate.yml beside the
+    copy (act's -W), moegate.yml in the copy's ignored .nox/ (act resolves `uses: ./...`
+    from its working directory, and copies no ignored file into a job's workspace).
+    """
+    src = copy / ".github" / "workflows"
+    gate, called = (src / "gate.yml").read_text(), (src / "moegate.yml").read_text()
+    gate = rewrite(gate, "uses: $/.github/workflows/moegate.yml", f"uses: ./{REPLAY_WORKFLOWS}/moegate.yml",
+                   "self-repository uses: $/ -> ./", "gate.yml")  # fmt: skip
+    called = rewrite(
+        called, SELF_CHECKOUT, "", "checkout of this repository -> act's local checkout", "moegate.yml", regex=True
     )
-    for name in ("gate.yml", "moegate.yml"):
-        rewrite(wf / name, "https://download.pytorch.org/whl/cpu", torch_index.as_uri(), "PyTorch CPU index -> file://")
-    rewrite(
-        copy / ".ci" / "gsm8k",
-        "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data",
-        gsm8k.as_uri(),
-        "GSM8K raw-file host -> the shared copy",
-    )
+    gate = rewrite(gate, PUBLIC_TORCH_INDEX, index.as_uri(), "PyTorch CPU index -> file://", "gate.yml")
+    called = rewrite(called, PUBLIC_TORCH_INDEX, index.as_uri(), "PyTorch CPU index -> file://", "moegate.yml")
+    (copy / REPLAY_WORKFLOWS).mkdir(parents=True)
+    (copy / REPLAY_WORKFLOWS / "moegate.yml").write_text(called)
+    (run_dir / "workflows").mkdir()
+    (run_dir / "workflows" / "gate.yml").write_text(gate)
+    return run_dir / "workflows" / "gate.yml"
+
+
+GSM8K_SOURCE = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data"
+CURL = """#!/bin/bash
+# ci-replay stand-in: GitHub's raw-file host is not reachable here; GSM8K's files come from a local copy,
+# every other URL goes to curl as it is
+args=()
+for a in "$@"; do
+  case "$a" in
+    {source}/*) a="{local}/${{a##*/}}"; echo "ci-replay: curl reads $a" >&2 ;;
+  esac
+  args+=("$a")
+done
+exec /usr/bin/curl "${{args[@]}}"
+"""
 
 
 def torch_index(dest: Path, wheels: Iterable[Path]) -> list[str]:
@@ -162,12 +186,15 @@ echo "ci-replay: sudo $* (not run on this host)" >&2
 """
 
 
-def stand_in_bin(dest: Path) -> dict[str, str]:
-    """`sudo` (stubbed) and `python3.12` (the hosted image's system Python 3.12, for the unit tier's 3.12 leg)."""
+def stand_in_bin(dest: Path, copy: Path, gsm8k: Path) -> dict[str, str]:
+    """`sudo` (stubbed), `curl` (GSM8K from disk) and `python3.12` (the hosted image's system Python 3.12)."""
     dest.mkdir(parents=True)
     (dest / "sudo").write_text(SUDO)
-    (dest / "sudo").chmod(0o755)
-    made = {"sudo": "stub"}
+    rewrite((copy / ".ci" / "gsm8k").read_text(), GSM8K_SOURCE, "", "GSM8K raw-file host -> local copy", ".ci/gsm8k")
+    (dest / "curl").write_text(CURL.format(source=GSM8K_SOURCE, local=gsm8k.as_uri()))
+    for tool in ("sudo", "curl"):
+        (dest / tool).chmod(0o755)
+    made = {"sudo": "stub (prints, runs nothing)", "curl": f"GSM8K's raw-file URLs -> {gsm8k.as_uri()}"}
     py312 = find_interpreter("3.12")
     if py312:
         (dest / "python3.12").symlink_to(py312 / "bin" / "python3.12")
@@ -351,8 +378,8 @@ class Sweeper:
         self.thread.join()
 
 
-def act_command(act: str, run: Run, event_file: Path, act_dir: Path, labels: list[str]) -> list[str]:
-    cmd = [act, run.event, "-W", f".github/workflows/{CALLER}"]
+def act_command(act: str, run: Run, workflow: Path, event_file: Path, act_dir: Path, labels: list[str]) -> list[str]:
+    cmd = [act, run.event, "-W", str(workflow)]
     if run.target:
         cmd += ["-j", run.target]
     for label in labels:
@@ -363,20 +390,26 @@ def act_command(act: str, run: Run, event_file: Path, act_dir: Path, labels: lis
     ]  # fmt: skip
 
 
+def step_name(step: object) -> str:
+    """A step as the results name it: its name, or the first line of its script."""
+    lines = str(step or "").strip().splitlines()
+    return (lines[0][:80] + (" ..." if len(lines) > 1 or len(lines[0]) > 80 else "")) if lines else "?"
+
+
 def _seconds(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp).timestamp()
 
 
 def replay_run(
-    act: str, run: Run, copy: Path, run_dir: Path, bin_dir: Path, labels: list[str], job_ids: dict[str, str]
+    act: str, run: Run, copy: Path, workflow: Path, run_dir: Path, labels: list[str], job_ids: dict[str, str]
 ) -> dict[str, dict[str, Any]]:
     """One act invocation; per replayed job: outcome, wall time, failing step and the last lines of its output."""
     act_dir = run_dir / "act"
     event_file = run_dir / f"event-{run.event}.json"
     sha = _run(["git", "-C", str(copy), "rev-parse", "HEAD"]).stdout.strip()
     event_file.write_text(json.dumps(event_payload(run.event, sha)))
-    cmd = act_command(act, run, event_file, act_dir, labels)
-    env = host_env(run_dir, bin_dir)
+    cmd = act_command(act, run, workflow, event_file, act_dir, labels)
+    env = host_env(run_dir, run_dir / "bin")
     log_path = run_dir.parent / f"{run_dir.name}-{run.event}{'-' + run.target if run.target else ''}.jsonl"
     print(f"ci-replay: {' '.join(shlex.quote(c) for c in cmd)}  (log {log_path})", flush=True)
     jobs: dict[str, dict[str, Any]] = {}
@@ -397,11 +430,11 @@ def replay_run(
                 continue
             info = jobs.setdefault(job, {"first": rec["time"], "tail": [], "failed_step": None, "outcome": None})
             info["last"] = rec["time"]
-            msg = str(rec.get("msg", "")).rstrip()
+            msg = ANSI.sub("", str(rec.get("msg", ""))).rstrip()
             if rec.get("raw_output") or msg.startswith("  |"):
                 info["tail"] = [*info["tail"][-24:], msg]
             if rec.get("stepResult") == "failure" and info["failed_step"] is None:
-                info["failed_step"] = rec.get("step")
+                info["failed_step"] = step_name(rec.get("step"))
             if rec.get("jobResult"):
                 info["outcome"] = rec["jobResult"]
                 info["wall_s"] = round(_seconds(rec["time"]) - _seconds(info["first"]))
@@ -438,7 +471,7 @@ def render(data: dict[str, Any]) -> str:
             rows.append(f"| `{job}` | | not replayed yet | | | |")
             continue
         wall = f"{rec['wall_s'] // 60} min {rec['wall_s'] % 60:02d} s" if isinstance(rec.get("wall_s"), int) else ""
-        note = f"failed step: {rec['failed_step']}" if rec.get("failed_step") else ""
+        note = f"failed step: `{step_name(rec['failed_step'])}`" if rec.get("failed_step") else ""
         rows.append(
             f"| `{job}` | {rec['event']} | **{rec['outcome']}** | {wall} | {rec['revision']} ({rec['date']}) | {note} |"
         )
@@ -446,7 +479,8 @@ def render(data: dict[str, Any]) -> str:
     for job in data["order"]:
         rec = data["jobs"].get(job) or {}
         if rec.get("tail"):
-            failures += [f"### `{job}`: {rec.get('failed_step')}", "", "```", *rec["tail"], "```", ""]
+            tail = [ANSI.sub("", line) for line in rec["tail"]]
+            failures += [f"### `{job}`: `{step_name(rec.get('failed_step'))}`", "", "```", *tail, "```", ""]
     stand_ins = [f"- {k}: {v}" for k, v in data["stand_ins"].items()]
     return "\n".join(
         [
@@ -495,7 +529,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS / "ci-replay.md"))
     ap.add_argument("--keep", action="store_true", help="keep the run folder (the copy, act's folders, artifacts)")
     ap.add_argument("--prepare-only", action="store_true", help="build the copy and the stand-ins, run nothing")
+    ap.add_argument("--render-only", action="store_true", help="write the page again from results/ci-replay.json")
     args = ap.parse_args(argv)
+    if args.render_only:
+        Path(args.out).write_text(render(json.loads(Path(args.out).with_suffix(".json").read_text())))
+        return 0
     try:
         return _main(args, argv if argv is not None else sys.argv[1:])
     except ReplayError as exc:
@@ -534,10 +572,10 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     copy = run_dir / "repo"
     copy.mkdir(parents=True)
     revision = copy_checkout(copy)
-    apply_stand_ins(copy, run_dir / "torch-index", gsm8k)
     _run(["git", "init", "-q", "-b", "ci-replay", str(copy)])
     _run(["git", "-C", str(copy), "remote", "add", "origin", f"https://github.com/{REPO}.git"])
     _commit(copy, f"ci-replay of {revision}")
+    workflow = replay_workflows(copy, run_dir, run_dir / "torch-index")
     act_dir = run_dir / "act"
     act_dir.mkdir()
     stand_ins: dict[str, str] = {}
@@ -547,9 +585,8 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     for version in sorted(want):
         stand_ins[f"setup-python {version}"] = f"tool-cache entry -> installed CPython {tool_cache(act_dir, version)}"
     stand_ins["torch CPU index"] = "file:// index of " + ", ".join(torch_index(run_dir / "torch-index", wheels))
-    for name, what in stand_in_bin(run_dir / "bin").items():
+    for name, what in stand_in_bin(run_dir / "bin", copy, gsm8k).items():
         stand_ins[name] = what
-    stand_ins["GSM8K"] = str(gsm8k)
     (run_dir / "artifacts").mkdir()
     labels = sorted({lbl for d in workflows.values() for j in (d.get("jobs") or {}).values()
                      if "steps" in j for lbl in ([j["runs-on"]] if isinstance(j.get("runs-on"), str) else [])})  # fmt: skip
@@ -572,7 +609,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     data["commands"].append(f"{command}  # {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {revision}")
     ok = True
     for run in runs:
-        for job, rec in replay_run(act, run, copy, run_dir, run_dir / "bin", labels, job_ids).items():
+        for job, rec in replay_run(act, run, copy, workflow, run_dir, labels, job_ids).items():
             rec.update(revision=revision, date=f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
             data["jobs"][job] = rec
             ok &= rec["outcome"] == "success"
