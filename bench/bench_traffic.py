@@ -15,7 +15,7 @@ flushed between reps, routing varied per rep), measured naive/sorted time ratio 
 model's byte ratio, the sorted path's achieved host-read bandwidth against the
 UVA peak measured here (a device copy reading a pinned buffer through a UVA view).
 
-    PYTHONPATH=. python bench/bench_traffic.py --json out.json
+    python bench/bench_traffic.py --json out.json
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import time
 
 import torch
 
-from moegate.case import MoECase, Routing, RoutingKind
-from moegate.traffic import ExpertBytes, step_traffic
+from moegate.core.case import MoECase, Routing, RoutingKind
+from moegate.kernels.traffic import ExpertBytes, step_traffic
 from moegate.vllm.environment import describe_environment
 from moegate.vllm.target import VllmTarget
 

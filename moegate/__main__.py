@@ -10,8 +10,8 @@ import argparse
 import json
 import sys
 
-from moegate.case import ENTRYPOINTS, MoECase
-from moegate.spec import expected_path
+from moegate.core.case import ENTRYPOINTS, MoECase
+from moegate.core.spec import expected_path
 
 
 def _case(text: str) -> MoECase:

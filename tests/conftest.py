@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from moegate import profiles
+from moegate.core import profiles
 from tests.support import TIERS
 
 PROFILE = profiles.load()
@@ -51,11 +51,12 @@ def bless(request: pytest.FixtureRequest) -> bool:
 
 
 def _attach(finish: bool) -> Iterator[object]:
+    from moegate.kernels.inputs import WeightBank
     from moegate.vllm.names import TargetError
     from moegate.vllm.target import VllmTarget
 
     try:
-        t = VllmTarget(finish=finish)
+        t = VllmTarget(finish=finish, weights=WeightBank)
     except TargetError as exc:
         if os.environ.get("MOEGATE_REQUIRE_VLLM") == "1":
             pytest.fail(f"MOEGATE_REQUIRE_VLLM=1 but {exc}", pytrace=False)

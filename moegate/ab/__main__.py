@@ -19,11 +19,12 @@ import time
 from pathlib import Path
 
 from moegate.ab import report as report_mod
-from moegate.ab.driver import ROOT, Dataset, Driver, DriverError, Plan, load_run
+from moegate.ab.driver import Dataset, Driver, DriverError, Plan, load_run
 from moegate.ab.evidence import DEFAULT_UVA_PEAK_GBPS, MoEShape, TrafficModel, load_routing
 from moegate.ab.verdict import DEFAULT_ALPHA, DEFAULT_GATE_THRESHOLD, DEFAULT_MIN_CHANGE, WITHIN
-from moegate.e2e.build import Build
-from moegate.e2e.server import teardown_on_termination
+from moegate.paths import REPORTS_DIR
+from moegate.serve.build import Build
+from moegate.serve.server import teardown_on_termination
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -37,7 +38,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
-    from moegate.e2e.build import env_pairs
+    from moegate.serve.build import env_pairs
 
     try:
         return env_pairs(pairs)
@@ -175,7 +176,7 @@ def _main(opts: argparse.Namespace) -> int:
                 prompts=prompts,
                 extra_bench_args=tuple(opts.bench_arg),
             )
-            out = opts.out or ROOT / "reports" / time.strftime("ab-%Y%m%d-%H%M%S")
+            out = opts.out or REPORTS_DIR / time.strftime("ab-%Y%m%d-%H%M%S")
             driver = Driver(
                 {"base": _build("base", opts), "pr": _build("pr", opts)},
                 opts.model,

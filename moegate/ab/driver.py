@@ -57,9 +57,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from moegate import progress
+from moegate.core import progress
+from moegate.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONCURRENCY = (1, 2, 3, 4, 8, 16)
 ROLES = ("base", "pr")
 
@@ -73,7 +73,7 @@ class BenchError(RuntimeError):
 
 
 class BuildLike(Protocol):
-    """What the driver reads of a build (read-only: moegate.e2e.build.Build is frozen)."""
+    """What the driver reads of a build (read-only: moegate.serve.build.Build is frozen)."""
 
     @property
     def label(self) -> str: ...
@@ -272,13 +272,13 @@ class BenchWorkers:
 
     def _start(self, build: BuildLike) -> tuple[subprocess.Popen[str], Path, queue.Queue[str]]:
         env = {**os.environ, **dict(build.env)}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         log = self.folder / f"bench-worker-{_safe(build.label)}.log"
         self.folder.mkdir(parents=True, exist_ok=True)
         fh = log.open("a")
         proc = subprocess.Popen(
             [build.python, "-m", "moegate.vllm.bench_serve", "--worker"],
             env=env,
+            cwd=ROOT,  # moegate imports there: installed in the build's env, or from the checkout (``-m``)
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=fh,
@@ -340,9 +340,9 @@ class BenchWorkers:
 
 def _default_server_factory() -> ServerFactory:
     try:
-        from moegate.e2e.server import Server
+        from moegate.serve.server import Server
     except ImportError as exc:
-        raise DriverError(f"the e2e tier's server runner is not importable ({exc}): moegate/e2e/server.py") from None
+        raise DriverError(f"the e2e tier's server runner is not importable ({exc}): moegate/serve/server.py") from None
     return Server
 
 

@@ -6,7 +6,7 @@ carries ``c`` tokens; prefill steps are ignored):
 - **pairs** per step per MoE layer: ``c * top_k``; the naive path reads an expert once
   per pair.
 - **unique experts** per step per MoE layer: the sorted path reads each routed expert once
-  (``moegate/traffic.py``: one row block per expert for ``c * top_k <= BLOCK_SIZE_M``).
+  (``moegate/kernels/traffic.py``: one row block per expert for ``c * top_k <= BLOCK_SIZE_M``).
   Modelled under uniform routing as ``E * (1 - (1 - k/E)^c)`` (each token picks ``k`` of
   ``E`` experts without replacement, tokens independent), or measured from a routing
   sample (per concurrency, a list of steps, each a list of per-token top-k ids) through
@@ -22,7 +22,7 @@ carries ``c`` tokens; prefill steps are ignored):
   ``results/kernels-0.33.0.md``), it shows whether a build's decode is at the PCIe limit:
   at the peak, saving bytes is the only way to go faster.
 
-No vLLM and no torch import, unless a routing sample is given (then ``moegate.traffic``).
+No vLLM and no torch import, unless a routing sample is given (then ``moegate.kernels.traffic``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from moegate.case import MoECase
-from moegate.spec import in_naive_region
+from moegate.core.case import MoECase
+from moegate.core.spec import in_naive_region
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
 DEFAULT_UVA_PEAK_GBPS = 51.0
@@ -118,7 +118,7 @@ def expected_unique_experts(experts: int, top_k: int, tokens: int) -> float:
 
 def measured_reads(steps: Sequence[Sequence[Sequence[int]]]) -> tuple[float, float]:
     """Mean (pairs, unique experts) per step from routed top-k ids, through the traffic model."""
-    from moegate.traffic import naive_blocks, sorted_blocks
+    from moegate.kernels.traffic import naive_blocks, sorted_blocks
 
     if not steps:
         raise ValueError("routing sample has no steps")

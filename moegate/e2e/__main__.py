@@ -18,12 +18,11 @@ import time
 from pathlib import Path
 
 from moegate.e2e import report
-from moegate.e2e.build import Build, BuildError, env_pairs, parse_build
 from moegate.e2e.datasets import DataError
 from moegate.e2e.goldens import E2E_GOLDEN_DIR as GOLDEN_DIR
-from moegate.e2e.server import ServerError, teardown_on_termination
-
-ROOT = Path(__file__).resolve().parents[2]
+from moegate.paths import REPORTS_DIR, ROOT
+from moegate.serve.build import Build, BuildError, env_pairs, parse_build
+from moegate.serve.server import ServerError, teardown_on_termination
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -59,8 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--gsm8k-in-flight", type=int, default=4, help="lm-eval's concurrent requests (default 4)")
     r.add_argument("--no-gsm8k-repeat", action="store_true", help="run GSM8K once per build (no self-check)")
     r.add_argument("--startup-timeout", type=float, default=900)
-    r.add_argument("--out", default=str(ROOT / "reports" / "e2e-run"))
-    r.add_argument("--report", default=str(ROOT / "reports" / "e2e.md"))
+    r.add_argument("--out", default=str(REPORTS_DIR / "e2e-run"))
+    r.add_argument("--report", default=str(REPORTS_DIR / "e2e.md"))
     r.add_argument("--bless", action="store_true", help="write this run's records as the goldens of their keys")
     r.add_argument("--golden-dir", default=str(GOLDEN_DIR), help="the goldens' folder (default: the committed one)")
     c = sub.add_parser("compare", help="compare two builds' raw results of an earlier run (no server)")
@@ -120,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
     runs: list[e2e.BuildRun] = []
     t0 = time.monotonic()
     try:
-        from moegate.e2e.server import resolve_model
+        from moegate.serve.server import resolve_model
 
         resolve_model(args.model)
         if "gsm8k" in gates:

@@ -12,7 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from moegate.paths import SHARED_DIR
 
 GSM8K_SHA256 = {
     "test.jsonl": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
@@ -43,7 +43,7 @@ def gsm8k_dir(option: str | os.PathLike[str] | None = None) -> Path:
         return Path(option).expanduser()
     if os.environ.get("MOEGATE_GSM8K_DIR"):
         return Path(os.environ["MOEGATE_GSM8K_DIR"]).expanduser()
-    return ROOT.parent / "shared" / "data" / "gsm8k"
+    return SHARED_DIR / "data" / "gsm8k"
 
 
 def gsm8k_file(name: str, directory: str | os.PathLike[str] | None = None) -> Path:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moegate.golden import GOLDEN_DIR, atomic_write, obtained_path
+from moegate.core.golden import GOLDEN_DIR, atomic_write, obtained_path
 
 E2E_GOLDEN_DIR = GOLDEN_DIR / "e2e"
 BLESS = "nox -s bless -- e2e --base=... --pr=...   (the same options as the failing run)"

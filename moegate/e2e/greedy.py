@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from moegate.e2e.client import post
 from moegate.e2e.prompts import Prompt
 from moegate.e2e.verdict import GateResult
+from moegate.serve.client import post
 
 MAX_TOKENS = 128
 TOP_LOGPROBS = 2

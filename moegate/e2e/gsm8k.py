@@ -48,6 +48,7 @@ from typing import Any
 
 from moegate.e2e import datasets
 from moegate.e2e.verdict import GateResult
+from moegate.paths import ENVS_DIR
 
 GATE = "gsm8k"
 LM_EVAL_VERSION = "0.4.13"
@@ -70,7 +71,6 @@ CHECKSUMS = datasets.GSM8K_SHA256
 DATA_ENV = "MOEGATE_GSM8K_DIR"
 EVAL_PYTHON_ENV = "MOEGATE_EVAL_PYTHON"
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # lm-eval 0.4.13's own task, lm_eval/tasks/gsm8k/gsm8k.yaml (EleutherAI/lm-evaluation-harness,
 # release 0.4.13, ``metadata.version: 3.0``): every setting below is copied from it; only the
@@ -144,7 +144,7 @@ def eval_python(explicit: str | os.PathLike[str] | None = None) -> Path:
     A venv directory stands for its ``bin/python``. Nothing is checked here:
     ``check_lm_eval`` says in one line whether lm-eval imports there.
     """
-    spec = explicit or os.environ.get(EVAL_PYTHON_ENV) or REPO_ROOT / ".nox" / "_eval" / "bin" / "python"
+    spec = explicit or os.environ.get(EVAL_PYTHON_ENV) or ENVS_DIR / "_eval" / "bin" / "python"
     path = (
         Path(spec).expanduser().absolute()
     )  # absolute: lm-eval runs in the run folder; not resolved: a venv's python is a link
@@ -416,7 +416,7 @@ def run_gsm8k(
 
 
 def run_on_server(server: Any, out_dir: str | os.PathLike[str], **kwargs: Any) -> Gsm8kRun:
-    """``run_gsm8k`` against a running ``moegate.e2e.server.Server``."""
+    """``run_gsm8k`` against a running ``moegate.serve.server.Server``."""
     return run_gsm8k(server.url, server.model_name, out_dir, check_alive=server.check_alive, **kwargs)
 
 

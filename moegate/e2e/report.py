@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from moegate.core.golden import atomic_write
 from moegate.e2e.verdict import GateResult
-from moegate.golden import atomic_write
 
 if TYPE_CHECKING:
     from moegate.e2e.run import BuildRun

@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moegate import progress
+from moegate.core import progress
 from moegate.e2e import goldens, greedy
-from moegate.e2e.build import Build
 from moegate.e2e.greedy import Completion
 from moegate.e2e.prompts import Prompt
-from moegate.e2e.server import Server
 from moegate.e2e.verdict import GateResult
-from moegate.tiny_model import model_hash
+from moegate.model.tiny_model import model_hash
+from moegate.serve.build import Build
+from moegate.serve.server import Server
 
 GATES = ("greedy", "gsm8k")
 

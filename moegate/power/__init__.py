@@ -14,13 +14,14 @@ come from ``moegate.vllm.names``.
 
 - ``regions``: what to mutate, found in vLLM's source by structure (``ast``).
 - ``overlay``: the throw-away overlay, the frozen copy of the suite, stale work dirs.
-- ``processes``: process trees by pid (stopping cosmic-ray and every test run it started).
 - ``driver``: cosmic-ray: init, exec, the work items inside the regions, the results.
 - ``outcome``: mutants, the run's outcome and score, the reviewed equivalents.
 - ``summary_line``: the line each test run prints and the harness reads back.
 - ``plugin``: the pytest plugin that prints it (``-p moegate.power.plugin``).
 - ``run``: one run, stage by stage. ``report``: Markdown and JSON. ``cli``: the command line.
 - ``errors``: the one-line errors.
+
+Process trees by pid (stopping cosmic-ray and every test run it started): ``moegate.serve.processes``.
 
 Run it through nox (``nox -s power``), or directly with the Python of an
 environment that has cosmic-ray::

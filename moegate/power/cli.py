@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from moegate.paths import REPORTS_DIR
 from moegate.power.errors import PowerError
 from moegate.power.report import render_markdown, to_json
-from moegate.power.run import ROOT, run
+from moegate.power.run import run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--vllm-python", required=True, help="Python of the environment whose installed vLLM is mutated (never written)"
     )
-    p.add_argument("--out", default=str(ROOT / "reports"), help="where power.md / power.json / the tool log go")
+    p.add_argument("--out", default=str(REPORTS_DIR), help="where power.md / power.json / the tool log go")
     p.add_argument(
         "--timeout", type=float, default=None, help="seconds per mutant (default: max(60, 4x the unmutated tier))"
     )

@@ -21,8 +21,8 @@ from pathlib import Path
 from moegate.power import summary_line
 from moegate.power.errors import PowerError, ToolMissing
 from moegate.power.outcome import Mutant, mutant_id
-from moegate.power.processes import stop_tree
 from moegate.power.regions import Region
+from moegate.serve.processes import stop_tree
 
 TOOL = "cosmic-ray"
 TOOL_INSTALL = "pip install 'cosmic-ray>=8.7,<9'  (or: pip install 'moegate[power]')"

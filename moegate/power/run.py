@@ -3,7 +3,7 @@
 The installed files are only ever read: they are hashed before and after, and a
 changed hash fails the run however it ends. The suite the mutants run against is
 a frozen copy, taken when the run starts. Each stage says how far it is
-(``moegate.progress``): the baseline, then the mutants done of the total with the
+(``moegate.core.progress``): the baseline, then the mutants done of the total with the
 running score.
 """
 
@@ -20,7 +20,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from moegate import progress
+from moegate.core import progress
+from moegate.paths import EQUIVALENT_MUTANTS, ROOT
 from moegate.power import summary_line
 from moegate.power.driver import collect, keep_only, require_tool, run_tool, select, tally
 from moegate.power.errors import PowerError
@@ -29,8 +30,7 @@ from moegate.power.overlay import build_overlay, clean_stale_workdirs, make_work
 from moegate.power.regions import REGIONS, find_regions
 from moegate.vllm import names
 
-ROOT = Path(__file__).resolve().parents[2]
-EQUIVALENTS_FILE = ROOT / "power" / "equivalent-mutants.toml"
+EQUIVALENTS_FILE = EQUIVALENT_MUTANTS
 PLUGIN = "moegate.power.plugin"  # loaded into each mutant's dispatch-tier run with -p
 
 

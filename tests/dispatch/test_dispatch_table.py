@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from moegate import dispatch_table, golden
+from moegate.core import dispatch_table, golden
 from moegate.vllm.environment import describe_environment
 
 GOLDEN = "dispatch-table.tsv"
@@ -13,7 +13,7 @@ def test_dispatch_table_matches_golden(target, bless):
     env = describe_environment()
     header = golden.provenance_header(
         {
-            "what": "path taken by each fused-MoE entrypoint over moegate.dispatch_table.grid()",
+            "what": "path taken by each fused-MoE entrypoint over moegate.core.dispatch_table.grid()",
             "produced by": "nox -s bless -- dispatch-table.tsv",
             "vllm": env["vllm"],
             "torch": env["torch"],

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from moegate.e2e.server import teardown_on_termination
+from moegate.serve.server import teardown_on_termination
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -49,7 +49,7 @@ def model_dir() -> str:
 @pytest.fixture(scope="session")
 def trained_model_dir() -> str:
     """The trained tiny model (committed, ``models/e2e-trained/``), checked against its build record."""
-    from moegate.tiny_train import check_record
+    from moegate.model.tiny_train import check_record
 
     path = _need("MOEGATE_E2E_TRAINED_MODEL", "the trained tiny model")
     check_record(path)

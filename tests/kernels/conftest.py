@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from moegate.case import ALL_PLACEMENTS, MoECase
-from moegate.kernel_inputs import WeightBank
-from strategies.moe import KERNEL_SHAPES
+from moegate.core.case import ALL_PLACEMENTS, MoECase
+from moegate.kernels.inputs import WeightBank
+from moegate.testing.strategies.moe import KERNEL_SHAPES
 
 
 @pytest.fixture(scope="session")

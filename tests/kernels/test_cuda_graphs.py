@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Routing, RoutingKind
+from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Routing, RoutingKind
 
 
 @pytest.mark.parametrize("entrypoint", ENTRYPOINTS)

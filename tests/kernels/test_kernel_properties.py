@@ -1,7 +1,7 @@
 """Kernel properties on a CUDA GPU, through both entrypoints, with real UVA host-resident weights.
 
-Each property draws the cases its claim covers (``strategies.kernels``) and runs
-them on cached weights (``moegate.kernel_inputs``). Host-resident weights are
+Each property draws the cases its claim covers (``moegate.testing.strategies.kernels``) and runs
+them on cached weights (``moegate.kernels.inputs``). Host-resident weights are
 pinned host memory behind vLLM's own UVA view, marked as the UVA offloader
 marks them, so the kernel reads them over PCIe.
 """
@@ -15,10 +15,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, Placement
-from moegate.kernel_check import run_checked
-from moegate.spec import expected_path
-from strategies.kernels import kernel_cases
+from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, Placement
+from moegate.core.spec import expected_path
+from moegate.kernels.check import run_checked
+from moegate.testing.strategies.kernels import kernel_cases
 from tests.support.kernels import FP8, FP8_SKIP, QUANT_FAMILY, kernel_settings
 
 HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])
@@ -33,7 +33,7 @@ def test_output_matches_reference(cuda_target, bank, warm, entrypoint, data):
     """Every placement, expert maps, wNa16 and fp8 weights (where supported): within the stated tolerance."""
     case = data.draw(kernel_cases(entrypoint, expert_map=None, quant=None, schemes=QUANT_FAMILY), label="case")
     result = run_checked(cuda_target, bank, case, entrypoint)
-    assert result.closeness.ok, "output outside the tolerance of moegate.reference:\n" + result.describe()
+    assert result.closeness.ok, "output outside the tolerance of moegate.kernels.reference:\n" + result.describe()
 
 
 @entrypoints

@@ -1,11 +1,11 @@
 """The UVA marker's lifecycle on vLLM's real MoE layer, end to end through the offline engine.
 
 Where ``test_marker_lifecycle`` drives a stand-in module, this runs vLLM's own
-loader on a tiny Qwen3-MoE checkpoint (``moegate.tiny_model``): the UVA
+loader on a tiny Qwen3-MoE checkpoint (``moegate.model.tiny_model``): the UVA
 offloader places the expert weights under each scenario's selection and byte
 budget, ``process_weights_after_loading`` runs inside the loading context, and
 real forwards go through the real FusedMoE layer. For each scenario
-(``moegate.engine.SCENARIOS``) it asserts that
+(``moegate.model.engine.SCENARIOS``) it asserts that
 
 - the markers after loading are exactly the scenario's placement;
 - every traced fused-MoE call took the path the executable spec requires for its
@@ -15,7 +15,7 @@ real forwards go through the real FusedMoE layer. For each scenario
 - each call's traced residency matches its layer's markers;
 - greedy token ids are the same in every scenario.
 
-Each scenario's engine runs in its own process (``python -m moegate.engine``), so
+Each scenario's engine runs in its own process (``python -m moegate.model.engine``), so
 no engine shares this process's GPU state. On vLLM 0.32.0 the path check fails
 for the host-resident layers: they take the naive path at decode there.
 """
@@ -33,10 +33,10 @@ from typing import Any
 
 import pytest
 
-from moegate.case import MoECase, Placement
-from moegate.engine import SCENARIOS
-from moegate.spec import expected_path, in_naive_region
-from moegate.tiny_model import TinyMoESpec
+from moegate.core.case import MoECase, Placement
+from moegate.core.spec import expected_path, in_naive_region
+from moegate.model.engine import SCENARIOS
+from moegate.model.tiny_model import TinyMoESpec
 from tests.support import ROOT
 
 SCENARIO_TIMEOUT_S = int(os.environ.get("MOEGATE_ENGINE_TIMEOUT", "480"))
@@ -65,7 +65,7 @@ def expected_host(scenario: str, layer: int, weight: str) -> bool:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TinyMoESpec]:
     pytest.importorskip("transformers", reason="building the tiny checkpoint needs transformers")
-    from moegate.tiny_model import build
+    from moegate.model.tiny_model import build
 
     path = build(tmp_path_factory.mktemp("tiny-qwen3-moe") / "model")
     return path, TinyMoESpec.from_model_dir(path)
@@ -90,8 +90,17 @@ def engine_report(cuda_target, tiny_model, tmp_path_factory) -> Callable[[str], 
             pytest.fail(failed[name], pytrace=False)
         out, log = out_dir / f"{name}.json", out_dir / f"{name}.log"
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-        cmd = [sys.executable, "-m", "moegate.engine", "--model", str(model), "--scenario", name, "--json", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "moegate.model.engine",
+            "--model",
+            str(model),
+            "--scenario",
+            name,
+            "--json",
+            str(out),
+        ]
         try:
             proc = subprocess.run(
                 cmd,

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moegate.case import ExpertMap
-from moegate.traffic import sorted_blocks
+from moegate.core.case import ExpertMap
+from moegate.kernels.traffic import sorted_blocks
 
 
 @given(  # one alignment call an example, as cheap as a dispatch example: the profile's own count

@@ -24,10 +24,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from moegate import golden
-from moegate.case import MoECase
-from moegate.check import parse_mismatches
-from moegate.spec import expected_path
+from moegate.core import golden
+from moegate.core.case import MoECase
+from moegate.core.check import parse_mismatches
+from moegate.core.spec import expected_path
 from tests.support import ROOT
 
 MUST_FAIL = {
@@ -62,7 +62,6 @@ def base_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, ET.Element,
     junit = out / "base.xml"
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
         "MOEGATE_PROFILE": "shrink",
         "MOEGATE_REQUIRE_VLLM": "1",
     }

@@ -7,9 +7,9 @@ holds what every tier may use.
 
 from __future__ import annotations
 
-from pathlib import Path
+from moegate import paths
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 """The repository root: the tests read the project's own files (goldens, workflows, noxfile) from here."""
 
 TIERS = ("unit", "dispatch", "kernels", "meta", "e2e")

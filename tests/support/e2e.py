@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -23,6 +22,6 @@ def run_e2e(*args: str, timeout_s: float = 1500, cmd: str = "run") -> subprocess
     """``python -m moegate.e2e run ...`` (or ``compare``) as a user runs it; output captured for the assertions."""
     return subprocess.run(
         [sys.executable, "-m", "moegate.e2e", cmd, *args],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
         capture_output=True, text=True, timeout=timeout_s, check=False,
     )  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from hypothesis import settings
 
-from moegate import profiles
+from moegate.core import profiles
 
 
 def _fp8_capable() -> bool:

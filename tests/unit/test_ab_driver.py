@@ -38,7 +38,7 @@ class ServerError(RuntimeError):
 
 
 class StubServer:
-    """Stands for moegate.e2e.server.Server: one 'process' per ``with``."""
+    """Stands for moegate.serve.server.Server: one 'process' per ``with``."""
 
     started: ClassVar[list[str]] = []
     fail_on: ClassVar[set[int]] = set()  # start numbers (0-based, in order) that fail to come up
@@ -470,7 +470,7 @@ def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
     (tmp_path / "site" / "vllm" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "serve.py").write_text(FAKE_SERVE)
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{tmp_path / 'site'}"}
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}  # the build's own site; moegate: cwd
 
     def bench_serve(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

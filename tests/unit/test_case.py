@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from moegate.case import SHARED_EXPERT_WEIGHT, ExpertMap, MoECase, Placement, Quant, Routing, RoutingKind
-from strategies import moe_cases
+from moegate.core.case import SHARED_EXPERT_WEIGHT, ExpertMap, MoECase, Placement, Quant, Routing, RoutingKind
+from moegate.testing.strategies import moe_cases
 
 
 @given(case=moe_cases())

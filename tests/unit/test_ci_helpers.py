@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given
 
-from moegate import gate_plan, junit_min
-from moegate.case import MoECase
-from moegate.check import EXAMPLE_PREFIX, DispatchMismatch, assert_path, example_line
-from strategies import moe_cases
+from moegate.ci import gate_plan, junit_min
+from moegate.core.case import MoECase
+from moegate.core.check import EXAMPLE_PREFIX, DispatchMismatch, assert_path, example_line
+from moegate.testing.strategies import moe_cases
 from tests.support import ROOT
 
 # --- junit_min --------------------------------------------------------------------------
@@ -67,7 +67,7 @@ def test_unknown_tier_is_one_line_before_anything_else():
         [
             sys.executable,
             "-m",
-            "moegate.gate_plan",
+            "moegate.ci.gate_plan",
             "plan",
             "--tiers",
             "dispatch,kernals",

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from moegate.e2e import datasets, prompts
-from moegate.e2e.build import Build, BuildError
 from moegate.e2e.datasets import DataError
-from moegate.e2e.server import Server, ServerError, resolve_model
+from moegate.serve.build import Build, BuildError
+from moegate.serve.server import Server, ServerError, resolve_model
 
 
 def test_a_gsm8k_file_with_another_checksum_is_refused(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("tokenizers", reason="the tokenizer is trained with tokenizers")
 
 from moegate.e2e.datasets import DataError, gsm8k_file
-from moegate.e2e.tokenizer import SPECIAL, train_tokenizer
+from moegate.model.tokenizer import SPECIAL, train_tokenizer
 
 
 @pytest.fixture(scope="module")

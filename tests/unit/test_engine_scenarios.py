@@ -1,6 +1,6 @@
 """The engine scenarios ask vLLM's loader for the placement the lifecycle test expects; bad input is one line.
 
-No vLLM here: these check the arguments ``moegate.engine`` passes, against the
+No vLLM here: these check the arguments ``moegate.model.engine`` passes, against the
 offloader's documented behaviour (budget in GiB turned into bytes, a per-parameter
 cut-off once the budget is reached, whole-segment name matching), and the
 command line's refusals, which come before vLLM is imported.
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from moegate.engine import SCENARIOS, engine_kwargs, prompts
-from moegate.tiny_model import TinyMoESpec
+from moegate.model.engine import SCENARIOS, engine_kwargs, prompts
+from moegate.model.tiny_model import TinyMoESpec
 from tests.support import ROOT
 
 SPEC = TinyMoESpec()
@@ -82,7 +82,7 @@ def test_prompts_are_fixed_and_in_vocabulary():
 
 def _engine(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "moegate.engine", *args],
+        [sys.executable, "-m", "moegate.model.engine", *args],
         check=False,
         cwd=ROOT,
         capture_output=True,
@@ -113,8 +113,8 @@ def model_dir(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--scenario", "nope"], "moegate.engine: unknown scenario 'nope'; expected one of"),
-        (["--scenario", "device", "--max-tokens", "0"], "moegate.engine: --max-tokens must be >= 1, got 0"),
+        (["--scenario", "nope"], "moegate.model.engine: unknown scenario 'nope'; expected one of"),
+        (["--scenario", "device", "--max-tokens", "0"], "moegate.model.engine: --max-tokens must be >= 1, got 0"),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(model_dir, tmp_path, args, message):
@@ -127,7 +127,7 @@ def test_bad_arguments_get_one_line_and_exit_2(model_dir, tmp_path, args, messag
 def test_a_directory_that_is_no_model_gets_one_line(tmp_path):
     proc = _engine("--model", str(tmp_path / "none"), "--scenario", "device", "--json", str(tmp_path / "o.json"))
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        f"moegate.engine: --model {tmp_path / 'none'}: {tmp_path / 'none'} is not a model directory (no config.json)"
+        f"moegate.model.engine: --model {tmp_path / 'none'}: {tmp_path / 'none'} is not a model directory (no config.json)"
     ]
 
 
@@ -140,5 +140,5 @@ def test_tracing_without_cuda_is_refused_with_the_way_out(model_dir, tmp_path):
     assert proc.returncode == 2
     # torch may warn on import (e.g. without numpy); moegate's own report is the one line
     assert [line for line in proc.stderr.splitlines() if line.startswith("moegate")] == [
-        "moegate.engine: tracing fused-MoE calls needs a CUDA GPU; pass --no-trace for a CPU smoke run"
+        "moegate.model.engine: tracing fused-MoE calls needs a CUDA GPU; pass --no-trace for a CPU smoke run"
     ]

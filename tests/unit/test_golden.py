@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from moegate import golden
+from moegate.core import golden
 
 
 def test_missing_golden_fails_and_leaves_obtained(tmp_path: Path):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from moegate import paths
 from moegate.e2e import gsm8k
 from moegate.e2e.gsm8k import (
     CHECKSUMS,
@@ -62,7 +63,7 @@ def test_missing_file_is_one_line(tmp_path: Path) -> None:
 
 def test_data_location_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(gsm8k.DATA_ENV, raising=False)
-    assert gsm8k.data_dir() == gsm8k.REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+    assert gsm8k.data_dir() == paths.SHARED_DIR / "data" / "gsm8k"
     monkeypatch.setenv(gsm8k.DATA_ENV, str(tmp_path / "env"))
     assert gsm8k.data_dir() == tmp_path / "env"
     assert gsm8k.data_dir(tmp_path / "arg") == tmp_path / "arg"
@@ -179,7 +180,7 @@ def _importable(name: str) -> bool:
 
 def test_eval_python_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(gsm8k.EVAL_PYTHON_ENV, raising=False)
-    assert gsm8k.eval_python() == gsm8k.REPO_ROOT / ".nox" / "_eval" / "bin" / "python"
+    assert gsm8k.eval_python() == paths.ENVS_DIR / "_eval" / "bin" / "python"
     venv = tmp_path / "venv"
     venv.mkdir()
     assert gsm8k.eval_python(venv) == venv / "bin" / "python"

@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from moegate.case import ALL_PLACEMENTS, ExpertMap, MoECase, Placement, Quant
-from moegate.kernel_inputs import WeightBank, _fp8_weights
+from moegate.core.case import ALL_PLACEMENTS, ExpertMap, MoECase, Placement, Quant
+from moegate.kernels.inputs import WeightBank, _fp8_weights
 from moegate.vllm.names import UVA_MARKER
 
 CPU = torch.device("cpu")

@@ -20,15 +20,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
 
-from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Quant
-from moegate.kernel_check import KernelResult, StageClock
-from moegate.kernel_workers import (
+from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Quant
+from moegate.core.spec import expected_path
+from moegate.kernels import sweep
+from moegate.kernels.check import KernelResult, StageClock
+from moegate.kernels.reference import Closeness, rounding_count
+from moegate.kernels.workers import (
     Options,
     Pool,
     Tally,
@@ -40,21 +42,8 @@ from moegate.kernel_workers import (
     profile_line,
     triton_cache_dir,
 )
-from moegate.reference import Closeness, rounding_count
-from moegate.spec import expected_path
 from moegate.vllm import names
 from tests.support import ROOT
-
-BENCH = ROOT / "bench" / "bench_kernels.py"
-
-
-@functools.cache
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_kernels", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def case(tokens: int, **fields: Any) -> MoECase:
@@ -71,13 +60,13 @@ def result(c: MoECase, entrypoint: str, *, ratio: float = 0.5, path: str | None 
 
 
 def test_the_same_seed_draws_the_same_cases_and_another_seed_others() -> None:
-    from strategies.kernels import kernel_cases
+    from moegate.testing.strategies.kernels import kernel_cases
 
     strategies = {ep: kernel_cases(ep, expert_map=None, quant=None) for ep in ENTRYPOINTS}
 
     def drawn(seed: int) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
-        bench().draw_cases(40, seed, strategies, lambda c, ep: out.append((ep, c.to_json())))
+        sweep.draw_cases(40, seed, strategies, lambda c, ep: out.append((ep, c.to_json())))
         return out
 
     first = drawn(0)
@@ -251,7 +240,7 @@ def test_a_start_up_failure_stops_the_run_before_the_clock() -> None:
 def test_without_vllm_or_a_gpu_the_script_says_so_in_one_line_and_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    module = bench()
+    module = sweep
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == names.PACKAGE else real(name, *a))
     assert module.main(["--workers", "2"]) == 2
@@ -289,7 +278,11 @@ def test_auto_workers_is_the_tightest_of_gpu_host_and_cores(
 )
 def test_the_script_run_as_a_program_without_vllm_or_a_gpu_prints_one_line() -> None:
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--workers", "2"], capture_output=True, text=True, cwd=ROOT, check=False
+        [sys.executable, "-m", "moegate.kernels.sweep", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -300,7 +293,7 @@ def test_the_script_end_to_end_with_stand_in_workers(
     fail_tokens: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Everything the script does on a GPU but the GPU's part: arguments, cache, workers, lines, JSON, exit."""
-    module = bench()
+    module = sweep
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: object() if name == names.PACKAGE else real(name, *a)
@@ -339,8 +332,8 @@ def test_the_script_end_to_end_with_stand_in_workers(
 
 def test_the_report_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
     path = tmp_path / "kernels.json"
-    bench().write_report(path, {"cases": 5})
+    sweep.write_report(path, {"cases": 5})
     before = path.read_text()
     with pytest.raises(TypeError):
-        bench().write_report(path, {"cases": 6, "bad": object()})  # fails while serialising
+        sweep.write_report(path, {"cases": 6, "bad": object()})  # fails while serialising
     assert path.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["kernels.json"]

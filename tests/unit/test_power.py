@@ -33,10 +33,10 @@ from moegate.power.driver import require_tool
 from moegate.power.errors import PowerError, TargetNotFound, ToolMissing
 from moegate.power.outcome import Mutant, Outcome, load_equivalents, mutant_id
 from moegate.power.overlay import WORKDIR_PREFIX, build_overlay, clean_stale_workdirs
-from moegate.power.processes import descendants
 from moegate.power.regions import FUSED_MOE, TRITON_MOE, find_regions
 from moegate.power.report import render_markdown
 from moegate.power.run import EQUIVALENTS_FILE, ROOT
+from moegate.serve.processes import descendants
 
 FUSED = textwrap.dedent(
     '''\
@@ -320,7 +320,7 @@ def _power_argv(pkg: Path, out: Path, test_command: str, *, timeout_s: int) -> l
 
 def _start_run(tmp_path: Path, pkg: Path) -> subprocess.Popen[bytes]:
     """A power run whose test command passes at once on unmutated code and hangs on a mutant."""
-    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir(exist_ok=True)
     original = tmp_path / "original.py"
     original.write_text(FUSED)
@@ -398,7 +398,7 @@ def test_a_full_run_on_a_synthetic_package_scores_and_restores(tmp_path: Path) -
         'print(\'MOEGATE-POWER \' + (\'{"first_failure_s": null}\' if ok else \'{"first_failure_s": 0.0, "failing_test": "probe"}\'))\n'
         "sys.exit(0 if ok else 1)\n"
     )
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
     out = subprocess.run(
         _power_argv(pkg, tmp_path / "out", f"{sys.executable} {probe}", timeout_s=30),
         env=env,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from moegate import profiles
+from moegate.core import profiles
 from tests.support import ROOT
 
 
@@ -22,7 +22,7 @@ def test_the_kernel_tier_takes_its_count_from_the_selected_profile(name):
     """What tests/kernels runs with, read in a fresh process under MOEGATE_PROFILE (no other knob)."""
     proc = subprocess.run(
         [sys.executable, "-c", "from tests.support.kernels import kernel_settings as s; print(s.max_examples)"],
-        cwd=ROOT, env={**os.environ, "MOEGATE_PROFILE": name, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, env={**os.environ, "MOEGATE_PROFILE": name},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from moegate import progress
+from moegate.core import progress
 
 pytestmark = pytest.mark.unit
 

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moegate.case import SHARED_EXPERT_WEIGHT, ExpertMap, Quant
-from moegate.reference import Reference, compare, dequantize, reference_moe, tolerance, unpack_int4
+from moegate.core.case import SHARED_EXPERT_WEIGHT, ExpertMap, Quant
+from moegate.kernels.reference import Reference, compare, dequantize, reference_moe, tolerance, unpack_int4
 
 
 def dense_moe(x, w1, w2, topk_weights, topk_ids, expert_map=None, on_input=False):

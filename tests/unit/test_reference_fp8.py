@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moegate.case import Quant
-from moegate.kernel_inputs import _fp8_weights
-from moegate.reference import FP8_MAX, compare, dequantize, quantize_activation, reference_moe
+from moegate.core.case import Quant
+from moegate.kernels.inputs import _fp8_weights
+from moegate.kernels.reference import FP8_MAX, compare, dequantize, quantize_activation, reference_moe
 
 PER_TENSOR, BLOCK = Quant("fp8_w8a8", 0), Quant("fp8_w8a8", 4)
 FP8_STEP = 2.0**-3  # float8_e4m3fn: 3 explicit mantissa bits
@@ -143,7 +143,7 @@ def test_fp8_reference_is_not_the_unquantized_one_and_tolerance_rejects_a_droppe
 
 def fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, quant, *, wrong_expert=False, drop_output_expert=False):
     """A CPU stand-in for vLLM's fp8 call: quantize, first product (bf16), quantize, second product (bf16)."""
-    from moegate.reference import dequantize_activation, fp8_quantize
+    from moegate.kernels.reference import dequantize_activation, fp8_quantize
 
     m, top_k = ids.shape
     n = w2.shape[2]
@@ -185,7 +185,7 @@ FP8_BLOCK_128 = Quant("fp8_w8a8", 128)
 
 @given(seed=st.integers(0, 2**31 - 1), quant=st.sampled_from([PER_TENSOR, FP8_BLOCK_128]))
 def test_staged_fp8_check_passes_a_faithful_kernel(seed, quant):
-    from moegate.reference import compare_fp8
+    from moegate.kernels.reference import compare_fp8
 
     x, w1, s1, w2, s2, w, ids = fp8_problem(seed, quant)
     out, quantized = fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, quant)
@@ -196,7 +196,7 @@ def test_staged_fp8_check_passes_a_faithful_kernel(seed, quant):
 @pytest.mark.parametrize("quant", [PER_TENSOR, FP8_BLOCK_128])
 @pytest.mark.parametrize("fault", ["wrong_expert", "drop_output_expert", "input_scale"])
 def test_staged_fp8_check_names_the_stage_a_fault_is_in(quant, fault):
-    from moegate.reference import compare_fp8
+    from moegate.kernels.reference import compare_fp8
 
     x, w1, s1, w2, s2, w, ids = fp8_problem(7, quant)
     out, quantized = fake_fp8_kernel(
@@ -220,7 +220,7 @@ def test_staged_fp8_check_names_the_stage_a_fault_is_in(quant, fault):
 
 
 def test_staged_fp8_check_wants_both_quantized_activations():
-    from moegate.reference import compare_fp8
+    from moegate.kernels.reference import compare_fp8
 
     x, w1, s1, w2, s2, w, ids = fp8_problem(1, PER_TENSOR)
     out, quantized = fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, PER_TENSOR)

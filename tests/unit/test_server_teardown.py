@@ -33,8 +33,8 @@ DRIVER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from moegate.e2e.build import Build
-    from moegate.e2e.server import Server, teardown_on_termination
+    from moegate.serve.build import Build
+    from moegate.serve.server import Server, teardown_on_termination
     guard = sys.argv[3] == "guarded"
     build = Build(label="fake", python=sys.argv[1])
     def serve():
@@ -70,7 +70,6 @@ def _run_and_kill(tmp_path: Path, mode: str) -> tuple[int, int]:
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert driver.stdout is not None
     server_pid = int(driver.stdout.readline())

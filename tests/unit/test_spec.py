@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, DispatchPath, ExpertMap, MoECase, Placement, Quant
-from moegate.spec import Decision, expected_path, experts_counted, in_naive_region
-from strategies import moe_cases
+from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, DispatchPath, ExpertMap, MoECase, Placement, Quant
+from moegate.core.spec import Decision, expected_path, experts_counted, in_naive_region
+from moegate.testing.strategies import moe_cases
 
 DEVICE, W13, W2, BOTH = ALL_PLACEMENTS
 

@@ -1,11 +1,11 @@
-"""docs/spec.md's table of examples is what moegate/spec.py says, row by row, under both rules."""
+"""docs/spec.md's table of examples is what moegate/core/spec.py says, row by row, under both rules."""
 
 from __future__ import annotations
 
 import pytest
 
-from moegate.case import ENTRYPOINTS, ExpertMap, MoECase, Placement, Quant
-from moegate.spec import expected_path
+from moegate.core.case import ENTRYPOINTS, ExpertMap, MoECase, Placement, Quant
+from moegate.core.spec import expected_path
 from tests.support import ROOT
 
 DOC = ROOT / "docs" / "spec.md"

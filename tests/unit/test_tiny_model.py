@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("transformers", reason="the tiny-model builder needs transformers")
 
-from moegate import tiny_model
-from moegate.tiny_model import BUILD_INFO, TinyMoESpec, build
+from moegate.model import tiny_model
+from moegate.model.tiny_model import BUILD_INFO, TinyMoESpec, build
 from tests.support import ROOT
 
 
@@ -143,7 +143,7 @@ def test_existing_directory_needs_overwrite_and_a_failed_build_leaves_nothing(tm
 
 def test_command_line_bad_input_is_one_line_and_nonzero(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "moegate.tiny_model", str(tmp_path / "m"), "--top-k", "200"],
+        [sys.executable, "-m", "moegate.model.tiny_model", str(tmp_path / "m"), "--top-k", "200"],
         check=False,
         cwd=ROOT,
         capture_output=True,
@@ -152,7 +152,7 @@ def test_command_line_bad_input_is_one_line_and_nonzero(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "moegate.tiny_model: invalid tiny model: top_k=200 not in [1, experts=128]"
+        "moegate.model.tiny_model: invalid tiny model: top_k=200 not in [1, experts=128]"
     ]
     assert not (tmp_path / "m").exists()
 

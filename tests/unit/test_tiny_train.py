@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from moegate import tiny_train
 from moegate.e2e.datasets import GSM8K_SHA256, DataError, gsm8k_file
-from moegate.tiny_model import BUILD_INFO, PRESETS, TRAINED_PRESETS, TinyMoESpec
-from moegate.tiny_train import COMMITTED_DIR, RECIPES, TrainedModelError, TrainRecipe, check_record
+from moegate.model import tiny_train
+from moegate.model.tiny_model import BUILD_INFO, PRESETS, TRAINED_PRESETS, TinyMoESpec
+from moegate.model.tiny_train import COMMITTED_DIR, RECIPES, TrainedModelError, TrainRecipe, check_record
 from tests.support import ROOT
 
 VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256)
@@ -102,14 +102,14 @@ def test_the_environment_variable_names_another_model_and_a_wrong_one_fails(tmp_
 
 def test_the_check_command_prints_the_directory_or_one_line_and_exit_2(tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "moegate.tiny_train", *args]
+        cmd = [sys.executable, "-m", "moegate.model.tiny_train", *args]
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
     ok = run()
     assert ok.returncode == 0 and ok.stdout.strip() == str(COMMITTED_DIR)
     bad = run("--check", str(tmp_path))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
-        f"moegate.tiny_train: {tmp_path} has no build record ({BUILD_INFO})"
+        f"moegate.model.tiny_train: {tmp_path} has no build record ({BUILD_INFO})"
     ]
 
 
@@ -131,7 +131,7 @@ def test_a_bad_recipe_is_refused_with_the_reason():
 
 
 def test_every_trained_preset_has_a_recipe_and_needs_its_data(tmp_path):
-    from moegate.tiny_model import build
+    from moegate.model.tiny_model import build
 
     assert set(TRAINED_PRESETS) == set(RECIPES)
     with pytest.raises(ValueError, match="trains on GSM8K's train split: pass --tokenizer-data"):
@@ -153,7 +153,7 @@ TOY_TRAIN: dict[str, Any] = {"steps": 6, "batch": 4, "seq_len": 64, "warmup": 2}
 def test_the_same_seed_trains_the_same_bits_and_another_seed_does_not(tmp_path):
     """A toy training on this CPU, three times: two runs of one recipe give bitwise equal curves and files."""
     pytest.importorskip("transformers", reason="training needs transformers")
-    from moegate.tiny_model import build
+    from moegate.model.tiny_model import build
 
     try:
         full = gsm8k_file("train.jsonl")

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moegate.case import ExpertMap, MoECase, Placement, Quant
-from moegate.traffic import ExpertBytes, naive_blocks, reads_per_expert, sorted_blocks, step_bytes, step_traffic
+from moegate.core.case import ExpertMap, MoECase, Placement, Quant
+from moegate.kernels.traffic import ExpertBytes, naive_blocks, reads_per_expert, sorted_blocks, step_bytes, step_traffic
 
 QWEN = MoECase(num_tokens=1, top_k=8, num_experts=128, hidden=2048, intermediate=768, dtype="bfloat16")
 

@@ -1,6 +1,6 @@
 """vLLM is imported in one place: ``moegate/vllm/``. Checked by walking the source, not asserted.
 
-Every ``.py`` file under ``moegate/``, ``strategies/``, ``tests/``, ``bench/`` and
+Every ``.py`` file under ``moegate/``, ``tests/``, ``bench/`` and
 ``tools/`` (and ``noxfile.py``) is parsed with ``ast``; an ``import vllm...`` or
 ``from vllm... import`` anywhere in it (inside functions too), or an
 ``importlib.import_module``/``__import__`` of a literal ``vllm...`` name, is a
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.support import ROOT
 
-ROOTS = ("moegate", "strategies", "tests", "bench", "tools")
+ROOTS = ("moegate", "tests", "bench", "tools")
 FILES = ("noxfile.py",)
 VLLM_PACKAGE = Path("moegate") / "vllm"
 

@@ -21,13 +21,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
 from moegate.e2e import greedy, prompts, report
 from moegate.e2e import run as e2e
-from moegate.e2e.build import Build
-from moegate.e2e.server import Server
+from moegate.serve.build import Build
+from moegate.serve.server import Server
 
 UVA = ("--offload-backend", "uva", "--cpu-offload-gb", "64", "--cpu-offload-params", "experts")
 COMMON = (

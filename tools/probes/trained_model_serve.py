@@ -8,7 +8,7 @@ filters, how many answers end in ``#### n`` (lm-eval's strict filter found a num
 how many hold a ``<<a*b=c>>`` calculator annotation, each response's sha256 by doc id, and
 whether a second run gave byte-identical responses. No question text is written.
 
-    PYTHONPATH=. python tools/probes/trained_model_serve.py --vllm-python .nox/_vllm-0.32.0/bin/python \\
+    python tools/probes/trained_model_serve.py --vllm-python .nox/_vllm-0.32.0/bin/python \\
         --eval-python .nox/_eval/bin/python --limit 50 --out reports/trained-serve
 """
 
@@ -22,14 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
 from moegate.e2e import gsm8k
-from moegate.e2e.build import parse_build
-from moegate.e2e.server import Server, teardown_on_termination
-from moegate.tiny_model import model_hash
-from moegate.tiny_train import trained_model_dir
+from moegate.model.tiny_model import model_hash
+from moegate.model.tiny_train import trained_model_dir
+from moegate.serve.build import parse_build
+from moegate.serve.server import Server, teardown_on_termination
 
 CPU_SMOKE_ARGS = (
     "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"

@@ -4,7 +4,7 @@ The random ``e2e`` model is the worst case for near-ties (every logit margin is 
 this one has a trained model's margins, GSM8K-shaped answers (``<<a*b=c>>c ... #### n``)
 and routing that depends on the text. It is made by
 
-    python -m moegate.tiny_model OUT --preset e2e-trained --tokenizer-data .../gsm8k/train.jsonl
+    python -m moegate.model.tiny_model OUT --preset e2e-trained --tokenizer-data .../gsm8k/train.jsonl
 
 which builds the seeded random checkpoint and the tokenizer as every preset does, then
 trains the model on the same file with ``train_checkpoint`` and writes it back in bf16.
@@ -35,14 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moegate.tiny_model import BUILD_INFO, TinyMoESpec, make_model
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from moegate.model.tiny_model import BUILD_INFO, TinyMoESpec, make_model
+from moegate.paths import MODELS_DIR
 
 TRAINED_MODEL_ENV = "MOEGATE_E2E_TRAINED_MODEL"
 """Names another trained model directory for the e2e tier (default: the committed one)."""
 
-COMMITTED_DIR = REPO_ROOT / "models" / "e2e-trained"
+COMMITTED_DIR = MODELS_DIR / "e2e-trained"
 """The committed checkpoint: weights, config, tokenizer and build record."""
 
 
@@ -124,7 +123,7 @@ def pack_rows(data: Path, tokenizer_json: Path, seq_len: int) -> tuple[Any, dict
     import torch
     from tokenizers import Tokenizer
 
-    from moegate.e2e.tokenizer import _texts
+    from moegate.model.tokenizer import _texts
 
     tok = Tokenizer.from_file(str(tokenizer_json))
     texts = list(_texts(data))
@@ -338,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m moegate.tiny_train", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m moegate.model.tiny_train", description=main.__doc__)
     parser.add_argument("--check", metavar="DIR", default=None, help="check this directory instead")
     parser.add_argument("--curve", metavar="DIR", default=None, help="print DIR's loss curve (Markdown)")
     parser.add_argument("--every", type=int, default=25, help="the curve's row spacing in steps")
@@ -356,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(trained_model_dir())
     except (TrainedModelError, OSError, KeyError, ValueError) as exc:
-        print(f"moegate.tiny_train: {exc}", file=sys.stderr)
+        print(f"moegate.model.tiny_train: {exc}", file=sys.stderr)
         return 2
     return 0
 

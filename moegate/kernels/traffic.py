@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from moegate.case import MoECase, Placement
-from moegate.tensors import torch_dtype, weight_shapes
+from moegate.core.case import MoECase, Placement
+from moegate.core.tensors import torch_dtype, weight_shapes
 
 IdRows = Sequence[Sequence[int]] | torch.Tensor
 

@@ -1,12 +1,12 @@
 """Kernel-tier speed: generated cases checked per second on one GPU (vLLM start-up excluded).
 
 Each case is exactly what ``test_output_matches_reference`` checks: draw a case
-from ``strategies.kernels`` (both entrypoints, every placement, expert maps,
+from ``moegate.testing.strategies.kernels`` (both entrypoints, every placement, expert maps,
 wNa16 and, on fp8-capable GPUs, fp8 weights), run it through vLLM with cached weights, compare with the torch
 reference under the stated tolerance, and check the path against the spec.
 
 ``--workers N`` runs the cases in N processes on the one GPU, sharing Triton's
-disk cache (``moegate/kernel_workers.py`` says how and why); the cases come from
+disk cache (``moegate/kernels/workers.py`` says how and why); the cases come from
 one Hypothesis run seeded with ``--seed``, so a seed gives the same cases for any
 N. The clock starts when the workers are released, after vLLM's import and
 CUDA's start-up in each, and stops when the last one has finished; it includes
@@ -14,8 +14,8 @@ Triton compilation, weight drawing and pinning, and the drawing of the cases.
 The Triton cache used, and its entries before and after, say whether the run was
 cold or warm (``--triton-cache DIR``, else ``TRITON_CACHE_DIR``, else Triton's default).
 
-    PYTHONPATH=. python bench/bench_kernels.py --cases 500 --json out.json
-    PYTHONPATH=. python bench/bench_kernels.py --cases 5000 --workers 8 --triton-cache /tmp/cold --json out.json
+    python -m moegate.kernels.sweep --cases 500 --json out.json
+    python -m moegate.kernels.sweep --cases 5000 --workers 8 --triton-cache /tmp/cold --json out.json
 
 Exit 1 when a case fails a check (numerics or path), so a nightly sweep of 5,000
 cases (``nox -s kernel-sweep``) gates on the same checks it times.
@@ -33,15 +33,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from moegate import progress
-from moegate.case import ENTRYPOINTS, MoECase
-from moegate.golden import atomic_write
-from moegate.kernel_workers import (
+from moegate.core import progress
+from moegate.core.case import ENTRYPOINTS, MoECase
+from moegate.core.golden import atomic_write
+from moegate.kernels.workers import (
     Options,
     Pass,
     Pool,
@@ -52,8 +50,8 @@ from moegate.kernel_workers import (
     profile_line,
     triton_cache_dir,
 )
+from moegate.testing.strategies.kernels import kernel_cases
 from moegate.vllm import names  # a leaf: no vLLM import
-from strategies.kernels import kernel_cases
 
 PREFIX = "bench_kernels"
 GIB = 2**30
@@ -118,7 +116,7 @@ def _pass_json(p: Pass) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m moegate.kernels.sweep", description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--cases", type=int, default=500)
     ap.add_argument(
         "--budget-s", type=float, default=300.0, help="stop running cases once this many seconds have passed"

@@ -6,8 +6,8 @@ import json
 import re
 from typing import Any, Protocol
 
-from moegate.case import MoECase
-from moegate.spec import expected_path, experts_counted
+from moegate.core.case import MoECase
+from moegate.core.spec import expected_path, experts_counted
 
 MARK = "MOEGATE-MISMATCH"
 _MARK_RE = re.compile(MARK + r" (\{.*\})")
@@ -28,7 +28,7 @@ def example_line(case: MoECase) -> str:
     """A line to paste above the failing test: ``@example(case=MoECase.from_dict({...}))``.
 
     The nightly job collects these (the ``pin it:`` prefix) into its summary; the
-    test module needs ``from hypothesis import example`` and ``from moegate.case import MoECase``.
+    test module needs ``from hypothesis import example`` and ``from moegate.core.case import MoECase``.
     """
     return f"{EXAMPLE_PREFIX}@example(case=MoECase.from_dict({case.to_dict()!r}))"
 

@@ -1,7 +1,7 @@
 """Tensors for a case, built without vLLM: layouts, routing, and decision-only inputs.
 
 The layouts here (w13 ``[E_local, 2N, K]``, w2 ``[E_local, K, N]`` with any fused
-shared-expert rows after the routed ones, int4 packed two per byte, scale shapes) are shared with the kernel tier's ``moegate.kernel_inputs``,
+shared-expert rows after the routed ones, int4 packed two per byte, scale shapes) are shared with the kernel tier's ``moegate.kernels.inputs``,
 which draws real values; the dispatch tier only needs ``decision_tensors``.
 """
 
@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-from moegate.case import MoECase
+from moegate.core.case import MoECase
 
 
 @dataclass
@@ -84,7 +84,7 @@ def decision_tensors(case: MoECase, device: torch.device | str = "cpu") -> CaseT
 
     Such a call stops at the first kernel launch, so no weight value is ever read;
     the weights come from a per-shape cache and cost nothing per case. Calls that
-    run to the end draw real values through ``moegate.kernel_inputs.WeightBank``.
+    run to the end draw real values through ``moegate.kernels.inputs.WeightBank``.
     """
     dtype = torch_dtype(case.dtype)
     s1, s2 = weight_shapes(case)

@@ -16,7 +16,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
+from moegate.paths import GOLDEN_DIR  # the one place for data paths (installed or from a checkout)
+
 BLESS_HINT = "nox -s bless -- {name}   (or: pytest --bless ...)"
 
 

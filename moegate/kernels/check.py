@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from moegate.case import MoECase
-from moegate.kernel_inputs import WeightBank
-from moegate.reference import Closeness, Reference, compare, compare_fp8, reference_moe
-from moegate.tensors import CaseTensors, torch_dtype
+from moegate.core.case import MoECase
+from moegate.core.tensors import CaseTensors, torch_dtype
+from moegate.kernels.inputs import WeightBank
+from moegate.kernels.reference import Closeness, Reference, compare, compare_fp8, reference_moe
 
 
 @dataclass

@@ -9,7 +9,7 @@ it uses (``LLM``, ``SamplingParams``, ``EngineArgs`` for the kwarg check,
 from vLLM's internals — the marker name and the kernel-launch recorders — from
 ``moegate.vllm.names`` and ``moegate.vllm.target``.
 
-    python -m moegate.engine --model DIR --scenario NAME --json OUT [--no-trace]
+    python -m moegate.model.engine --model DIR --scenario NAME --json OUT [--no-trace]
 
 The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the
 recorders see its fused-MoE calls. Tracing needs CUDA (the calls run to the
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moegate.tiny_model import TinyMoESpec
+from moegate.model.tiny_model import TinyMoESpec
 
 GIB = 1 << 30
 
@@ -131,7 +131,9 @@ def check_engine_kwargs(kwargs: dict[str, Any]) -> None:
     known = offline.engine_arg_names()
     missing = sorted(k for k in kwargs if k not in known)
     if missing:
-        raise EngineInputError(f"vLLM {offline.version()}'s EngineArgs lacks {missing}; moegate.engine needs them")
+        raise EngineInputError(
+            f"vLLM {offline.version()}'s EngineArgs lacks {missing}; moegate.model.engine needs them"
+        )
 
 
 def prompts(vocab: int, lengths: tuple[int, ...] = PROMPT_LENGTHS) -> list[list[int]]:
@@ -233,8 +235,8 @@ def run_scenario(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moegate.engine", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="a checkpoint directory (python -m moegate.tiny_model)")
+    parser = argparse.ArgumentParser(prog="python -m moegate.model.engine", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a checkpoint directory (python -m moegate.model.tiny_model)")
     parser.add_argument("--scenario", required=True, help=f"one of {sorted(SCENARIOS)}")
     parser.add_argument("--json", required=True, type=Path, help="where to write the report")
     parser.add_argument("--no-trace", action="store_true", help="no kernel-launch recorders (CPU smoke runs)")
@@ -242,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moe-backend", default=None, help="vLLM moe_backend (default: triton on CUDA)")
     args = parser.parse_args(argv)
 
-    from moegate.golden import atomic_write
+    from moegate.core.golden import atomic_write
 
     try:
         if args.scenario not in SCENARIOS:
@@ -261,10 +263,10 @@ def main(argv: list[str] | None = None) -> int:
             moe_backend=args.moe_backend,
         )
     except EngineInputError as exc:
-        print(f"moegate.engine: {exc}", file=sys.stderr)
+        print(f"moegate.model.engine: {exc}", file=sys.stderr)
         return 2
     atomic_write(args.json, json.dumps(report, indent=1, sort_keys=True) + "\n")
-    print(f"moegate.engine: {args.scenario}: wrote {args.json}", file=sys.stderr)
+    print(f"moegate.model.engine: {args.scenario}: wrote {args.json}", file=sys.stderr)
     return 0
 
 

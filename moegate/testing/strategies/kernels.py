@@ -56,8 +56,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from moegate.case import DTYPES, ENTRYPOINTS, MoECase, Placement, Quant
-from strategies.moe import SCHEME_FAMILIES, moe_cases
+from moegate.core.case import DTYPES, ENTRYPOINTS, MoECase, Placement, Quant
+from moegate.testing.strategies.moe import SCHEME_FAMILIES, moe_cases
 
 MAX_KERNEL_TOKENS = 16
 """Decode-sized batches and just past the naive threshold; Triton compiles per token bucket."""
@@ -140,7 +140,7 @@ def kernel_cases(
 
     ``placement``, ``region``, ``expert_map``: as ``moe_cases``. ``quant``: always,
     never (the default) or either; ``schemes``: the quantization family
-    (``strategies.moe.SCHEME_FAMILIES``: ``"wna16"``, ``"fp8"`` or None for any).
+    (``moegate.testing.strategies.moe.SCHEME_FAMILIES``: ``"wna16"``, ``"fp8"`` or None for any).
     """
     if entrypoint not in ENTRYPOINTS:
         raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")

@@ -19,7 +19,7 @@ from typing import Protocol
 
 ACCEPTED_RATIOS = (1, 2, 4, 8)  # BLOCK_SIZE_K // group_size, as vLLM's moe_wna16 kernel checks it
 MAX_VALID_TOKENS_PER_EXPERT = 6  # above it vLLM takes its Triton wNa16 kernel, whose blocks are fixed
-TOP_KS = range(1, 9)  # the kernel tier's top-k (strategies.moe.top_ks)
+TOP_KS = range(1, 9)  # the kernel tier's top-k (moegate.testing.strategies.moe.top_ks)
 
 
 class BlockHeuristic(Protocol):

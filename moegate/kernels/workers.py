@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Self
 
-from moegate.case import MoECase
-from moegate.kernel_check import KernelResult, StageClock
-from moegate.reference import rounding_count
-from moegate.spec import expected_path
-from moegate.tensors import torch_dtype
+from moegate.core.case import MoECase
+from moegate.core.spec import expected_path
+from moegate.core.tensors import torch_dtype
+from moegate.kernels.check import KernelResult, StageClock
+from moegate.kernels.reference import rounding_count
 
 PATH_MISMATCHES_KEPT = 20  # a wrong rule mismatches hundreds of cases; the first ones say it
 
@@ -205,8 +205,8 @@ class VllmRunner:
     def __init__(self) -> None:
         import torch
 
-        from moegate.kernel_check import run_checked
-        from moegate.kernel_inputs import WeightBank
+        from moegate.kernels.check import run_checked
+        from moegate.kernels.inputs import WeightBank
         from moegate.vllm.environment import describe_environment
         from moegate.vllm.target import VllmTarget
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from hypothesis import example, target
 from hypothesis import strategies as st
 
-from moegate.case import (
+from moegate.core.case import (
     ALL_PLACEMENTS,
     DTYPES,
     QUANT_SCHEMES,
@@ -36,7 +36,7 @@ from moegate.case import (
     Routing,
     RoutingKind,
 )
-from moegate.spec import SPARSITY_FACTOR
+from moegate.core.spec import SPARSITY_FACTOR
 
 COMMON_EXPERT_COUNTS = (8, 16, 32, 60, 64, 128, 256)
 """Counts real MoE models use (Qwen3-30B-A3B: 128, Qwen3-235B-A22B: 128, DeepSeek-V3: 256)."""

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from moegate.case import MoECase, Quant
-from moegate.tensors import CaseTensors, routing_tensors, scale_shapes, torch_dtype, weight_shapes
+from moegate.core.case import MoECase, Quant
+from moegate.core.tensors import CaseTensors, routing_tensors, scale_shapes, torch_dtype, weight_shapes
 from moegate.vllm.names import UVA_MARKER  # a leaf of names: this module imports no vLLM
 
 # standard deviation of (stored value - zero point) for uniformly drawn storage
@@ -85,7 +85,7 @@ def _seed(key: StoredKey) -> int:
 
 
 def _draw_stored(case: MoECase, device: torch.device) -> Stored:
-    """Global weights whose layer output is O(1) (see ``moegate.tensors``), seeded by what they depend on."""
+    """Global weights whose layer output is O(1) (see ``moegate.core.tensors``), seeded by what they depend on."""
     s1, s2 = weight_shapes(replace(case, expert_map=None))
     gen = torch.Generator(device=device).manual_seed(_seed(_stored_key(case)))
     k, n = case.hidden, case.intermediate

@@ -93,7 +93,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from moegate.case import Quant
+from moegate.core.case import Quant
 
 ROUNDINGS = 4
 """Roundings of intermediate values to the compute dtype between input and output."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moegate.case import ENTRYPOINTS, DispatchPath, MoECase
+from moegate.core.case import ENTRYPOINTS, DispatchPath, MoECase
 
 SPARSITY_FACTOR = 4
 """The naive path is allowed while ``tokens * top_k * 4 <= experts``."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from moegate.e2e.build import Build
+from moegate.serve.build import Build
 from moegate.vllm.names import API_SERVER as SERVER_MODULE
 
 QUIET_ENV = {

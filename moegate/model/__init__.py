@@ -1,0 +1,6 @@
+"""The tiny Qwen3-MoE the e2e, A/B and lifecycle tests run, built locally (nothing is downloaded).
+
+- ``tiny_model``: the deterministic checkpoint builder (``python -m moegate.model.tiny_model``).
+- ``tokenizer``: the word-level tokenizer trained on GSM8K's training split.
+- ``engine``: one scenario of vLLM's offline engine on the tiny model (``python -m moegate.model.engine``).
+"""

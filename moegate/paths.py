@@ -1,0 +1,58 @@
+"""Where moegate's files are: one place, the same whether moegate runs installed or from a checkout.
+
+The project's data belongs to a checkout of the repository, never to an installed
+package: the goldens (``golden/``, rewritten only by the bless command), the e2e
+prompt set, the reviewed equivalent mutants (``power/``), the measured figures
+(``results/``) and what a run writes (``reports/``). The checkout is, in order:
+
+1. ``$MOEGATE_ROOT``, when set: an installed moegate pointed at a checkout;
+2. the checkout this package sits in (``moegate/`` beside a ``pyproject.toml``
+   naming the project): an editable install, or a run from the checkout;
+3. the current directory: an installed wheel run from a checkout's root.
+
+GSM8K is never in the checkout: it is read from ``$MOEGATE_GSM8K_DIR`` or the shared
+folder beside the checkout (``moegate.e2e.datasets``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+ROOT_ENV = "MOEGATE_ROOT"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def is_checkout(folder: Path) -> bool:
+    """``folder`` holds moegate's own ``pyproject.toml`` and its ``moegate/`` package."""
+    pyproject = folder / "pyproject.toml"
+    if not (pyproject.is_file() and (folder / "moegate" / "__init__.py").is_file()):
+        return False
+    return 'name = "moegate"' in pyproject.read_text(encoding="utf-8")
+
+
+def find_root(env: Mapping[str, str] = os.environ, package_dir: Path = PACKAGE_DIR, cwd: Path | None = None) -> Path:
+    """The checkout the data paths are read from (the module docstring's three rules, in order)."""
+    if env.get(ROOT_ENV):
+        return Path(env[ROOT_ENV]).expanduser().resolve()
+    if is_checkout(package_dir.parent):
+        return package_dir.parent
+    return (cwd or Path.cwd()).resolve()
+
+
+ROOT = find_root()
+GOLDEN_DIR = ROOT / "golden"
+"""Golden files; ``golden/e2e`` holds the e2e tier's (and its frozen prompt set)."""
+REPORTS_DIR = ROOT / "reports"
+"""What runs write (ignored by git): report pages, JUnit files, raw results."""
+RESULTS_DIR = ROOT / "results"
+"""Measured figures, each with the command that produced it (committed)."""
+EQUIVALENT_MUTANTS = ROOT / "power" / "equivalent-mutants.toml"
+"""The reviewed equivalent mutants of ``nox -s power``."""
+MODELS_DIR = ROOT / "models"
+"""Checkpoints committed with their provenance (the trained tiny model)."""
+ENVS_DIR = ROOT / ".nox"
+"""The environments nox builds (``.nox/_eval`` is lm-eval's)."""
+SHARED_DIR = ROOT.parent / "shared"
+"""The shared folder beside the checkout (GSM8K under ``data/gsm8k``)."""

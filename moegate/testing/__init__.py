@@ -1,0 +1,1 @@
+"""What tests draw from: ``moegate.testing.strategies``, the Hypothesis strategies (as xarray keeps its own)."""
