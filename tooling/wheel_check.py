@@ -1,0 +1,120 @@
+"""The wheel installs and every command line runs from it: `nox -s wheel-check`.
+
+Builds moegate's wheel from the checkout, installs it with the unit extra into a fresh
+virtual environment in a temporary folder, and runs every command line from there,
+outside the checkout (so nothing is imported from it): each one's ``--help``, then one
+real command each. Commands that need vLLM, a GPU or a server get the real command a
+user without them meets: the documented one-line refusal and its exit status. The
+data paths are the checkout's through ``MOEGATE_ROOT`` (``moegate/paths.py``), never
+site-packages. One line per command; exit 1 when any is not as expected.
+
+    python tooling/wheel_check.py [--python PY] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASE = '{"num_tokens": 1, "top_k": 1, "num_experts": 8}'
+JUNIT = '<testsuite><testcase classname="tests.x.test_a" name="test_one"/></testsuite>'
+MODULES = (
+    "moegate",
+    "moegate.e2e",
+    "moegate.ab",
+    "moegate.power",
+    "moegate.kernels.sweep",
+    "moegate.model.tiny_model",
+    "moegate.model.engine",
+    "moegate.ci.gate_plan",
+    "moegate.ci.junit_min",
+    "moegate.vllm.bench_serve",
+)
+"""Every ``python -m`` command line the project has (``moegate`` is also the installed script)."""
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: tuple[str, ...]
+    status: int
+    says: str
+    """Text the output must contain."""
+
+
+def commands(py: str, work: Path) -> list[Command]:
+    """What runs in the fresh environment (``py``), in a folder outside the checkout (``work``)."""
+    script = str(Path(py).parent / "moegate")
+    (work / "one.xml").write_text(JUNIT)
+    out = [Command((script, "--help"), 0, "usage: moegate")]
+    out += [Command((py, "-m", m, "--help"), 0, "usage:") for m in MODULES]
+    installed = (
+        "import moegate, moegate.paths as p, pathlib, sys; from moegate.e2e import prompts; "
+        "assert 'site-packages' in moegate.__file__, moegate.__file__; "
+        f"assert p.GOLDEN_DIR == pathlib.Path({str(ROOT / 'golden')!r}), p.GOLDEN_DIR; "
+        "print('prompts', len(prompts.prompt_set()), 'from', p.GOLDEN_DIR)"
+    )
+    out += [
+        Command((py, "-c", installed), 0, "prompts "),
+        Command((script, "spec", CASE), 0, "legacy: naive"),
+        Command((py, "-m", "moegate", "spec", CASE), 0, "modular: naive"),
+        Command((py, "-m", "moegate.ci.gate_plan", "nox-arg", "0.33.0"), 0, "--vllm=0.33.0"),
+        Command((py, "-m", "moegate.ci.junit_min", str(work / "one.xml"), "--min", "1", "--prefix", "tests.x"), 0, ""),
+        Command((py, "-m", "moegate.kernels.sweep", "--cases", "4", "--workers", "2"), 2, "vLLM is not importable"),
+        Command((py, "-m", "moegate.power", "--vllm-python", str(work / "none")), 2, "moegate power:"),
+        Command((py, "-m", "moegate.e2e", "run", "--base", str(work / "none"), "--pr", str(work / "none"),
+                 "--model", str(work / "none")), 2, "moegate.e2e"),
+        Command((py, "-m", "moegate.ab", "--base-python", str(work / "none"), "--pr-python", str(work / "none"),
+                 "--model", str(work / "none"), "--random-input-len", "8"), 2, ""),
+    ]  # fmt: skip
+    return out
+
+
+def run(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python tooling/wheel_check.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--python", default=sys.executable, help="the interpreter the fresh environment is made from")
+    ap.add_argument("--keep", type=Path, help="build and install here, and keep it (default: a temporary folder)")
+    args = ap.parse_args(argv)
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    if uv is None:
+        print("wheel-check: needs uv (pip install uv)", file=sys.stderr)
+        return 2
+    work = args.keep or Path(tempfile.mkdtemp(prefix="moegate-wheel-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        return _check(uv, args.python, work)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _check(uv: str, python: str, work: Path) -> int:
+    dist = work / "dist"
+    subprocess.run([uv, "build", "-q", "--wheel", "--out-dir", str(dist), str(ROOT)], check=True)
+    wheel = next(dist.glob("moegate-*.whl"))
+    venv = work / "venv"
+    subprocess.run([uv, "venv", "-q", "--python", python, str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    subprocess.run([uv, "pip", "install", "-q", "--python", py, f"{wheel}[unit]"], check=True)
+    env = {"MOEGATE_ROOT": str(ROOT), "PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(work)}
+    failed = 0
+    for cmd in commands(py, work):
+        proc = subprocess.run(cmd.argv, cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False)
+        output = proc.stdout + proc.stderr
+        ok = proc.returncode == cmd.status and cmd.says in output
+        failed += not ok
+        shown = " ".join(a if len(a) < 60 else a[:57] + "..." for a in cmd.argv[1:])
+        last = output.strip().splitlines()[-1:] or [""]
+        print(f"{'ok  ' if ok else 'FAIL'} exit {proc.returncode} (want {cmd.status}): {Path(cmd.argv[0]).name} {shown}"
+              + ("" if ok else f"\n     {last[0][:300]}"))  # fmt: skip
+    print(f"wheel-check: {wheel.name}: {'every command as expected' if not failed else f'{failed} not as expected'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run())
