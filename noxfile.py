@@ -354,7 +354,8 @@ def unit(session: nox.Session, version: str) -> None:
 def wheel_check(session: nox.Session) -> None:
     """The wheel installs into a fresh environment and every command line runs from it (tooling/wheel_check.py)."""
     _options(session, ())
-    session.run(sys.executable, str(ROOT / "tooling" / "wheel_check.py"), external=True)
+    sources = _uv_sources(_torch_index_args(UNIT_DEPS))
+    session.run(sys.executable, str(ROOT / "tooling" / "wheel_check.py"), "--", *sources, external=True)
 
 
 @nox.session(name=f"dispatch-{PR_VLLM}", python=False, tags=["tests"])
@@ -848,9 +849,7 @@ def ci_replay(session: nox.Session) -> None:
     """
     py = _shared_env(session, "_ci-replay", requirements("replay", project=False))
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    session.run(
-        str(py), "-m", "tools.ci_replay", *session.posargs, env={"PYTHONPATH": str(ROOT), "PATH": path}, external=True
-    )
+    session.run(str(py), "-m", "tools.ci_replay", *session.posargs, env={"PATH": path}, external=True)
 
 
 @nox.session(name="install-dry-run", python=False)

@@ -8,7 +8,10 @@ user without them meets: the documented one-line refusal and its exit status. Th
 data paths are the checkout's through ``MOEGATE_ROOT`` (``moegate/paths.py``), never
 site-packages. One line per command; exit 1 when any is not as expected.
 
-    python tooling/wheel_check.py [--python PY] [--keep DIR]
+    python tooling/wheel_check.py [--python PY] [--keep DIR] [-- UV_PIP_INSTALL_ARGS...]
+
+The arguments after ``--`` go to ``uv pip install`` (the package sources: nox passes pip's
+configured find-links and indexes and the CPU torch index, as for the unit env).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ def run(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python tooling/wheel_check.py", description=__doc__.splitlines()[0])
     ap.add_argument("--python", default=sys.executable, help="the interpreter the fresh environment is made from")
     ap.add_argument("--keep", type=Path, help="build and install here, and keep it (default: a temporary folder)")
+    ap.add_argument("install_args", nargs="*", help="for uv pip install (package sources)")
     args = ap.parse_args(argv)
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
     if uv is None:
@@ -87,20 +91,20 @@ def run(argv: list[str] | None = None) -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="moegate-wheel-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        return _check(uv, args.python, work)
+        return _check(uv, args.python, work, args.install_args)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _check(uv: str, python: str, work: Path) -> int:
+def _check(uv: str, python: str, work: Path, install_args: list[str]) -> int:
     dist = work / "dist"
     subprocess.run([uv, "build", "-q", "--wheel", "--out-dir", str(dist), str(ROOT)], check=True)
     wheel = next(dist.glob("moegate-*.whl"))
     venv = work / "venv"
     subprocess.run([uv, "venv", "-q", "--python", python, str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    subprocess.run([uv, "pip", "install", "-q", "--python", py, f"{wheel}[unit]"], check=True)
+    subprocess.run([uv, "pip", "install", "-q", "--python", py, *install_args, f"{wheel}[unit]"], check=True)
     env = {"MOEGATE_ROOT": str(ROOT), "PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(work)}
     failed = 0
     for cmd in commands(py, work):

@@ -30,11 +30,11 @@ from typing import Any
 
 import yaml
 
+from moegate.paths import RESULTS_DIR, ROOT
 from tools.ci_replay.jobs import RUNS, Run, hosted_jobs, replayed, run_for, unreplayed
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
-RESULTS = ROOT / "results"
+RESULTS = RESULTS_DIR
 REPO = "moegate/moegate"  # github.repository in the replay (act reads it from the copy's `origin`)
 PINNED = re.compile(r"uses:\s*([\w.-]+)/([\w.-]+)(?:/[^@\s]*)?@([0-9a-f]{40})")
 STUBBED_ACTIONS = {("actions", "upload-artifact")}  # no stored snapshot holds its dist/ (README: stand-ins)
