@@ -317,7 +317,11 @@ def _gsm8k_too_late(wfs: Workflows) -> None:
         (_no_timeout, hardened_jobs, "job 'plan' has no timeout-minutes"),
         (_lint_without_cpu_torch, hosted_nox_jobs_use_cpu_torch, "gate.yml:lint runs nox without MOEGATE_TORCH_INDEX"),
         (_meta_on_pypi_torch, hosted_nox_jobs_use_cpu_torch, "moegate.yml:meta runs nox without"),
-        (_unit_without_gsm8k, hosted_gsm8k_jobs_fetch_it, "gate.yml:unit runs unit/wheel-check without .ci/gsm8k before it"),
+        (
+            _unit_without_gsm8k,
+            hosted_gsm8k_jobs_fetch_it,
+            "gate.yml:unit runs unit/wheel-check without .ci/gsm8k before it",
+        ),
         (_gsm8k_too_late, hosted_gsm8k_jobs_fetch_it, "gate.yml:e2e-smoke runs ab-smoke/e2e-smoke without .ci/gsm8k"),
     ],
     ids=lambda v: getattr(v, "__name__", None),
