@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -400,6 +399,57 @@ def _seconds(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp).timestamp()
 
 
+class LogReader:
+    """Per job of act's JSON log: outcome, wall time (first line to result), the failed step and its last lines."""
+
+    def __init__(self, job_ids: dict[str, str]) -> None:
+        self.job_ids = job_ids
+        self.jobs: dict[str, dict[str, Any]] = {}
+
+    def feed(self, line: str) -> str | None:
+        """One log line; the job's name when the line ends that job."""
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        job = self.job_ids.get(str(rec.get("jobID", "")))
+        if job is None:
+            return None
+        info = self.jobs.setdefault(job, {"first": rec["time"], "steps": {}, "failed_step": None, "tail": []})
+        step = json.dumps(rec.get("stepID"))
+        if rec.get("raw_output"):
+            lines = info["steps"].setdefault(step, [])
+            lines[:] = [*lines[-24:], ANSI.sub("", str(rec.get("msg", ""))).rstrip()]
+        if rec.get("stepResult") == "failure" and info["failed_step"] is None:
+            info["failed_step"], info["tail"] = step_name(rec.get("step")), info["steps"].get(step, [])[-12:]
+        if rec.get("jobResult"):
+            info["outcome"] = rec["jobResult"]
+            info["wall_s"] = round(_seconds(rec["time"]) - _seconds(info["first"]))
+            return job
+        return None
+
+    def results(self, run: Run, act_exit: int | None) -> dict[str, dict[str, Any]]:
+        out = {}
+        for job in run.jobs:
+            info = self.jobs.get(job, {})
+            outcome = info.get("outcome") or (
+                "not reached: act runs no later job once one has failed" if act_exit else "not run"
+            )
+            out[job] = {
+                "outcome": outcome,
+                "wall_s": info.get("wall_s"),
+                "failed_step": info.get("failed_step"),
+                "tail": info.get("tail", []) if outcome == "failure" else [],
+                "event": run.event,
+                "act_exit": act_exit,
+            }
+        return out
+
+
+def log_path_for(run_dir: Path, run: Run) -> Path:
+    return run_dir.parent / f"{run_dir.name}-{run.event}{'-' + run.target if run.target else ''}.jsonl"
+
+
 def replay_run(
     act: str, run: Run, copy: Path, workflow: Path, run_dir: Path, labels: list[str], job_ids: dict[str, str]
 ) -> dict[str, dict[str, Any]]:
@@ -410,54 +460,25 @@ def replay_run(
     event_file.write_text(json.dumps(event_payload(run.event, sha)))
     cmd = act_command(act, run, workflow, event_file, act_dir, labels)
     env = host_env(run_dir, run_dir / "bin")
-    log_path = run_dir.parent / f"{run_dir.name}-{run.event}{'-' + run.target if run.target else ''}.jsonl"
+    log_path = log_path_for(run_dir, run)
     print(f"ci-replay: {' '.join(shlex.quote(c) for c in cmd)}  (log {log_path})", flush=True)
-    jobs: dict[str, dict[str, Any]] = {}
+    reader = LogReader(job_ids)
     sweeper = Sweeper(act_dir)
-    started = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(["env", "-i", *(f"{k}={v}" for k, v in env.items()), *cmd], cwd=copy,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            job = job_ids.get(str(rec.get("jobID", "")))
-            if job is None:
-                continue
-            info = jobs.setdefault(job, {"first": rec["time"], "tail": [], "failed_step": None, "outcome": None})
-            info["last"] = rec["time"]
-            msg = ANSI.sub("", str(rec.get("msg", ""))).rstrip()
-            if rec.get("raw_output") or msg.startswith("  |"):
-                info["tail"] = [*info["tail"][-24:], msg]
-            if rec.get("stepResult") == "failure" and info["failed_step"] is None:
-                info["failed_step"] = step_name(rec.get("step"))
-            if rec.get("jobResult"):
-                info["outcome"] = rec["jobResult"]
-                info["wall_s"] = round(_seconds(rec["time"]) - _seconds(info["first"]))
-                print(f"ci-replay: {job}: {info['outcome']} in {info['wall_s']} s", flush=True)
+            log.flush()
+            ended = reader.feed(line)
+            if ended:
+                info = reader.jobs[ended]
+                print(f"ci-replay: {ended}: {info['outcome']} in {info['wall_s']} s", flush=True)
                 sweeper.job_ended()
         proc.wait()
     sweeper.close()
-    out: dict[str, dict[str, Any]] = {}
-    for job in run.jobs:
-        info = jobs.get(job, {})
-        outcome = info.get("outcome") or (
-            "not reached: act runs no later job once one has failed" if proc.returncode else "not run"
-        )
-        out[job] = {
-            "outcome": outcome,
-            "wall_s": info.get("wall_s"),
-            "failed_step": info.get("failed_step"),
-            "tail": info.get("tail", [])[-12:] if outcome == "failure" else [],
-            "event": run.event,
-            "act_exit": proc.returncode,
-            "invocation_s": round(time.monotonic() - started),
-        }
-    return out
+    return reader.results(run, proc.returncode)
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -481,14 +502,16 @@ def render(data: dict[str, Any]) -> str:
         if rec.get("tail"):
             tail = [ANSI.sub("", line) for line in rec["tail"]]
             failures += [f"### `{job}`: `{step_name(rec.get('failed_step'))}`", "", "```", *tail, "```", ""]
-    stand_ins = [f"- {k}: {v}" for k, v in data["stand_ins"].items()]
+    stand_ins = [f"- {k}: {v}" for k, v in data.get("stand_ins", {}).items()] or ["- (not recorded)"]
     return "\n".join(
         [
             "# CI replay: the hosted jobs of gate.yml and moegate.yml through act, on this machine",
             "",
-            f"act {data['act']} in host mode, under `env -i` (fresh HOME, `PIP_CONFIG_FILE=/dev/null`, no `../shared`), "
+            f"act {data.get('act', '?')} in host mode, under `env -i` (fresh HOME, `PIP_CONFIG_FILE=/dev/null`, no `../shared`), "
             "jobs one at a time; every stand-in and why it is needed: "
-            "[tools/ci_replay/README.md](../tools/ci_replay/README.md). Machine: " + data["machine"] + ".",
+            "[tools/ci_replay/README.md](../tools/ci_replay/README.md). Machine: "
+            + data.get("machine", machine())
+            + ".",
             "",
             "| job | event | outcome | wall time | replayed at | note |",
             "| --- | --- | --- | --- | --- | --- |",
@@ -530,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the run folder (the copy, act's folders, artifacts)")
     ap.add_argument("--prepare-only", action="store_true", help="build the copy and the stand-ins, run nothing")
     ap.add_argument("--render-only", action="store_true", help="write the page again from results/ci-replay.json")
+    ap.add_argument(
+        "--from-log", default=None, help="record an interrupted run from its act log (run-*-EVENT[-JOB].jsonl)"
+    )
+    ap.add_argument("--revision", default=None, help="with --from-log: the revision that run replayed")
     args = ap.parse_args(argv)
     if args.render_only:
         Path(args.out).write_text(render(json.loads(Path(args.out).with_suffix(".json").read_text())))
@@ -541,8 +568,58 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _job_ids(workflows: dict[str, dict[str, Any]]) -> dict[str, str]:
+    job_ids = {job.partition(":")[2]: job for job in hosted_jobs(workflows)}
+    if len(job_ids) != len(hosted_jobs(workflows)):
+        raise ReplayError("two hosted jobs share an id across the workflows; the replay tells jobs apart by id")
+    return job_ids
+
+
+def _results(out: str, **fields: Any) -> dict[str, Any]:
+    results_json = Path(out).with_suffix(".json")
+    data: dict[str, Any] = (
+        json.loads(results_json.read_text()) if results_json.exists() else {"jobs": {}, "commands": []}
+    )
+    data.update({k: v for k, v in fields.items() if v is not None})
+    return data
+
+
+def _record(data: dict[str, Any], out: str, results: dict[str, dict[str, Any]], revision: str) -> bool:
+    """Merge one invocation's jobs into the results (other jobs keep their rows) and write both files."""
+    for job, rec in results.items():
+        rec.update(revision=revision, date=f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
+        data["jobs"][job] = rec
+    Path(out).with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    Path(out).write_text(render(data))
+    return all(rec["outcome"] == "success" for rec in results.values())
+
+
+def from_log(args: argparse.Namespace, workflows: dict[str, dict[str, Any]]) -> int:
+    """Record a run that was cut short (act's log is written as it goes); its unfinished jobs say so."""
+    log = Path(args.from_log)
+    if not args.revision:
+        raise ReplayError("--from-log needs --revision=REV (the revision that run replayed)")
+    m = re.fullmatch(r"run-\d{8}T\d{6}Z-(pull_request|workflow_dispatch)(?:-(.+))?\.jsonl", log.name)
+    if m is None or not log.is_file():
+        raise ReplayError(f"{log}: not an act log of the replay (run-<stamp>-<event>[-<job>].jsonl)")
+    run = next((r for r in RUNS if (r.event, r.target) == (m.group(1), m.group(2))), None) or run_for(str(m.group(2)))
+    reader = LogReader(_job_ids(workflows))
+    for line in log.read_text().splitlines():
+        reader.feed(line)
+    results = reader.results(run, None)
+    for job, rec in results.items():
+        if rec["outcome"] == "not run":
+            started = job in reader.jobs
+            rec["outcome"] = "stopped while running" if started else "not run: the replay was stopped before it"
+    data = _results(args.out, order=replayed())
+    data["commands"].append(f"nox -s ci-replay -- --from-log={log.name} --revision={args.revision}  # from the act log")
+    return 0 if _record(data, args.out, results, args.revision) else 1
+
+
 def _main(args: argparse.Namespace, argv: list[str]) -> int:
     workflows = load_workflows()
+    if args.from_log:
+        return from_log(args, workflows)
     problems = unreplayed(workflows)
     if problems:
         raise ReplayError(problems[0])
@@ -597,24 +674,13 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     if args.prepare_only:
         return 0
 
-    job_ids = {job.partition(":")[2]: job for job in hosted_jobs(workflows)}
-    if len(job_ids) != len(hosted_jobs(workflows)):
-        raise ReplayError("two hosted jobs share an id across the workflows; the replay tells jobs apart by id")
-    results_json = Path(args.out).with_suffix(".json")
-    data: dict[str, Any] = (
-        json.loads(results_json.read_text()) if results_json.exists() else {"jobs": {}, "commands": []}
-    )
-    data.update(act=act_version, machine=machine(), order=replayed(), stand_ins=stand_ins)
+    job_ids = _job_ids(workflows)
+    data = _results(args.out, act=act_version, machine=machine(), order=replayed(), stand_ins=stand_ins)
     command = "nox -s ci-replay" + (" -- " + " ".join(shlex.quote(a) for a in argv) if argv else "")
     data["commands"].append(f"{command}  # {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {revision}")
     ok = True
     for run in runs:
-        for job, rec in replay_run(act, run, copy, workflow, run_dir, labels, job_ids).items():
-            rec.update(revision=revision, date=f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
-            data["jobs"][job] = rec
-            ok &= rec["outcome"] == "success"
-        results_json.write_text(json.dumps(data, indent=1) + "\n")
-        Path(args.out).write_text(render(data))
+        ok &= _record(data, args.out, replay_run(act, run, copy, workflow, run_dir, labels, job_ids), revision)
     if not args.keep:
         subprocess.run(["rm", "-rf", str(run_dir)], check=False)
     print(f"ci-replay: {'every replayed job succeeded' if ok else 'a job did not succeed'}; {args.out}")
