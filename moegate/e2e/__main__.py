@@ -62,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--report", default=str(REPORTS_DIR / "e2e.md"))
     r.add_argument("--bless", action="store_true", help="write this run's records as the goldens of their keys")
     r.add_argument("--golden-dir", default=str(GOLDEN_DIR), help="the goldens' folder (default: the committed one)")
+    r.add_argument("--strict", action="store_true", help="byte identity: every greedy token, every GSM8K response")
+    r.add_argument("--score-detect", type=float, default=0.001, help="systematic shift to resolve, nats/token")
+    r.add_argument("--score-cap", type=int, default=None, help="most prompts the scored comparison may grow to")
+    r.add_argument("--score-timeout", type=float, default=300, help="one scoring request's limit, seconds")
+    r.add_argument("--gsm8k-detect", type=float, default=0.05, help="exact_match difference to resolve")
+    r.add_argument("--gsm8k-cap", type=int, default=None, help="most questions GSM8K may grow to")
     c = sub.add_parser("compare", help="compare two builds' raw results of an earlier run (no server)")
     c.add_argument("--raw", required=True, help="the run's --out folder (greedy-LABEL.json, gsm8k-LABEL/)")
     c.add_argument("--base", required=True, help="label of the base build in that folder")
@@ -75,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--report", required=True)
     c.add_argument("--bless", action="store_true")
     c.add_argument("--golden-dir", default=str(GOLDEN_DIR), help="the goldens' folder (default: the committed one)")
+    c.add_argument("--strict", action="store_true", help="byte identity (a raw folder without scores.json needs it)")
     pr = sub.add_parser("prompts", help="the greedy gate's prompt set")
     g = pr.add_mutually_exclusive_group(required=True)
     g.add_argument("--select", type=int, metavar="N", help="rewrite golden/e2e/sharegpt-prompts.json with N prompts")
@@ -85,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from moegate.e2e import greedy, prompts
+    from moegate.e2e import greedy, pair, prompts, scored
     from moegate.e2e import run as e2e
 
     gates = tuple(g for g in args.gates.split(",") if g)
@@ -110,6 +117,9 @@ def _run(args: argparse.Namespace) -> int:
         gsm8k_task=args.gsm8k_task, gsm8k_dir=args.gsm8k_dir, gsm8k_repeat=not args.no_gsm8k_repeat,
         gsm8k_in_flight=args.gsm8k_in_flight,
         startup_timeout_s=args.startup_timeout, bless=args.bless, golden_dir=Path(args.golden_dir),
+        strict=args.strict,
+        score_detect=args.score_detect, score_cap=args.score_cap, score_timeout_s=args.score_timeout,
+        gsm8k_detect=args.gsm8k_detect, gsm8k_cap=args.gsm8k_cap,
     )  # fmt: skip
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -128,11 +138,23 @@ def _run(args: argparse.Namespace) -> int:
             if args.gsm8k_task == gsm8k.LOCAL_TASK:
                 gsm8k.verify_data(args.gsm8k_dir)
             gsm8k.check_lm_eval(args.eval_python or "")
-        chosen = prompts.load(args.prompts, prompts_file=args.prompts_file) if "greedy" in gates else []
-        for b in builds:
-            print(f"moegate.e2e: serving {b.label} ({b.python}) ...", file=sys.stderr, flush=True)
-            runs.append(e2e.serve_and_measure(b, chosen, opts, out))
-            print(f"moegate.e2e: {b.label} done in {runs[-1].seconds['total']:.0f} s", file=sys.stderr, flush=True)
+        scoring = not args.strict
+        available = len(prompts.prompt_set())
+        cap = min(available, args.score_cap or scored.SCORE_CAP_FACTOR * args.prompts) if scoring else args.prompts
+        loaded = (
+            prompts.load(max(cap, args.prompts), prompts_file=args.prompts_file) if "greedy" in gates or scoring else []
+        )
+        chosen = loaded[: args.prompts]
+
+        def _done(run: e2e.BuildRun) -> None:
+            print(
+                f"moegate.e2e: {run.build.label} measured in {run.seconds['total']:.0f} s", file=sys.stderr, flush=True
+            )
+
+        pair_runs, data = pair.serve_pair(
+            builds, chosen, opts, out, all_prompts=lambda n: loaded[:n], available=len(loaded), on_run=_done
+        )
+        runs.extend(pair_runs)
     except (ServerError, BuildError, DataError, OSError) as exc:
         return _stop(args, title, runs, commands, exc)
     except Exception as exc:  # lm-eval's errors and request errors land here with their own message
@@ -140,7 +162,7 @@ def _run(args: argparse.Namespace) -> int:
             return _stop(args, title, runs, commands, exc)
         raise
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
-    results = e2e.compare_builds(runs[0], runs[1], opts, decode)
+    results = pair.compare(runs[0], runs[1], opts, decode, data)
     for r in results:
         r.write_json(out / f"gate-{''.join(c if c.isalnum() else '-' for c in r.gate)}.json")
     notes = [f"wall time {time.monotonic() - t0:.0f} s ({e2e.environment_line()})"]
@@ -161,7 +183,7 @@ def _stop(args: argparse.Namespace, title: str, runs: list, commands: list[str],
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from moegate.e2e import greedy
+    from moegate.e2e import greedy, pair, scored
     from moegate.e2e import run as e2e
 
     raw = Path(args.raw)
@@ -170,10 +192,10 @@ def _compare(args: argparse.Namespace) -> int:
     opts = e2e.Options(
         model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=tuple(args.gates.split(",")),
         in_flight=in_flight, max_tokens=args.max_tokens, gsm8k_limit=args.gsm8k_limit, bless=args.bless,
-        gsm8k_in_flight=args.gsm8k_in_flight, golden_dir=Path(args.golden_dir),
+        gsm8k_in_flight=args.gsm8k_in_flight, golden_dir=Path(args.golden_dir), strict=args.strict,
     )  # fmt: skip
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
-    results = e2e.compare_builds(runs[0], runs[1], opts, decode)
+    results = pair.compare(runs[0], runs[1], opts, decode, scored.read(raw))
     commands = [" ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:]])]
     page = report.render(f"moegate e2e: {args.base} vs {args.pr}", runs, results, commands=commands)
     report.write(Path(args.report), page)

@@ -21,7 +21,7 @@ from moegate.e2e.verdict import GateResult
 from moegate.serve.client import post
 
 MAX_TOKENS = 128
-TOP_LOGPROBS = 2
+TOP_LOGPROBS = 5
 NEAR_TIE_NATS = 0.05
 SHOWN_TOKENS = 12
 

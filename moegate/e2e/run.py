@@ -51,6 +51,13 @@ class Options:
     bless: bool = False
     golden_dir: Path = goldens.E2E_GOLDEN_DIR
     """Where the goldens are read (and, with ``bless``, written): the committed ``golden/e2e`` by default."""
+    strict: bool = False
+    """Byte identity (greedy tokens, GSM8K responses) instead of the batch-robust rules (moegate/e2e/pair.py)."""
+    score_detect: float = 0.001
+    score_cap: int | None = None
+    score_timeout_s: float = 300
+    gsm8k_detect: float = 0.05
+    gsm8k_cap: int | None = None
 
 
 @dataclass
