@@ -82,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--bless", action="store_true")
     c.add_argument("--golden-dir", default=str(GOLDEN_DIR), help="the goldens' folder (default: the committed one)")
     c.add_argument("--strict", action="store_true", help="byte identity (a raw folder without scores.json needs it)")
+    c.add_argument("--gsm8k-detect", type=float, default=0.05, help="exact_match difference to resolve")
     pr = sub.add_parser("prompts", help="the greedy gate's prompt set")
     g = pr.add_mutually_exclusive_group(required=True)
     g.add_argument("--select", type=int, metavar="N", help="rewrite golden/e2e/sharegpt-prompts.json with N prompts")
@@ -193,6 +194,7 @@ def _compare(args: argparse.Namespace) -> int:
         model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=tuple(args.gates.split(",")),
         in_flight=in_flight, max_tokens=args.max_tokens, gsm8k_limit=args.gsm8k_limit, bless=args.bless,
         gsm8k_in_flight=args.gsm8k_in_flight, golden_dir=Path(args.golden_dir), strict=args.strict,
+        gsm8k_detect=args.gsm8k_detect,
     )  # fmt: skip
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
     results = pair.compare(runs[0], runs[1], opts, decode, scored.read(raw))

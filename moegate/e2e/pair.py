@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from moegate import progress
+from moegate.core import progress
 from moegate.e2e import greedy, scored, stats
 from moegate.e2e import run as e2e
-from moegate.e2e.build import Build
+from moegate.serve.build import Build
 from moegate.e2e.prompts import Prompt
-from moegate.e2e.server import Server
+from moegate.serve.server import Server
 from moegate.e2e.verdict import GateResult
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from moegate import progress
+from moegate.core import progress
 from moegate.e2e import greedy, scoring, stats
 from moegate.e2e.greedy import Completion
 from moegate.e2e.prompts import Prompt

