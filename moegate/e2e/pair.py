@@ -19,10 +19,10 @@ from typing import Any
 from moegate.core import progress
 from moegate.e2e import greedy, scored, stats
 from moegate.e2e import run as e2e
-from moegate.serve.build import Build
 from moegate.e2e.prompts import Prompt
-from moegate.serve.server import Server
 from moegate.e2e.verdict import GateResult
+from moegate.serve.build import Build
+from moegate.serve.server import Server
 
 
 def serve_pair(
