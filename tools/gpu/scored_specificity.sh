@@ -17,24 +17,28 @@
 set -u
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
 ROOT=$PWD G=$PWD/.gpu/scored
-PAIRS=${PAIRS:-3} PROMPTS=${PROMPTS:-64} TOKENS=${TOKENS:-128} UTIL=${UTIL:-0.05} LIMIT_S=${LIMIT_S:-480}
+PAIRS=${PAIRS:-3} PROMPTS=${PROMPTS:-64} TOKENS=${TOKENS:-128} UTIL=${UTIL:-0.07} LIMIT_S=${LIMIT_S:-480}
+MODELS=${MODELS:-"random trained"} STAGGER_S=${STAGGER_S:-20}
+# STAGGER_S between launches: an engine sizes its KV cache from the device memory in use while it
+# profiles; twelve started at once on 2026-12-01 and five failed ("Available KV cache memory: -7.12 GiB").
 SITE=$HOME/vllm-site:$HOME/eval-site
 export PYTHONPATH=$G/code
+ln -sfn "$ROOT/golden" "$G/code/golden"  # moegate.paths looks for the data beside the package
 cd "$G/code"
 python3 -c "import sys; sys.path[:0] = '$SITE'.split(':'); import vllm; print('vllm', vllm.__version__)"
 nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
 t0=$(date +%s)
-timeout 120 python3 -m moegate.tiny_model "$HOME/tiny-e2e" --preset e2e --tokenizer-data "$G/data/train.jsonl" \
+timeout 120 python3 -m moegate.model.tiny_model "$HOME/tiny-e2e" --preset e2e --overwrite --tokenizer-data "$G/data/train.jsonl" \
   >"$OUT/tiny-model.log" 2>&1 || { tail -20 "$OUT/tiny-model.log"; exit 1; }
 echo "random model built in $(( $(date +%s) - t0 )) s"
 ARGS="--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching \
 --gpu-memory-utilization $UTIL --offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"
 PY=$(command -v python3)
 pids=()
-for model in random trained; do
+for model in $MODELS; do
   dir=$HOME/tiny-e2e; [ "$model" = trained ] && dir=$ROOT/models/e2e-trained
   for n in $(seq 1 "$PAIRS"); do
-    out=$HOME/spec/$model-pair$n
+    out=$HOME/spec/$model-pair$n; rm -rf "$out"
     mkdir -p "$out"
     timeout "$LIMIT_S" python3 -m moegate.e2e run --base="$PY" --pr="$PY" --base-label=base --pr-label=pr \
       --base-env PYTHONPATH="$SITE" --pr-env PYTHONPATH="$SITE" --model="$dir" --gates=greedy \
@@ -42,6 +46,7 @@ for model in random trained; do
       --server-args="$ARGS" --out="$out/run" --report="$out/e2e.md" --golden-dir="$out/golden" --bless \
       --startup-timeout 400 >"$out/driver.log" 2>&1 &
     pids+=($!)
+    sleep "$STAGGER_S"
   done
 done
 for p in "${pids[@]}"; do wait "$p"; done
