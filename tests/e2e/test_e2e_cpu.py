@@ -198,6 +198,24 @@ def test_this_machine_matches_the_committed_goldens_of_its_cpu_class(same_build,
         assert f"| {gate} | PASS |" in page, gate
 
 
+def test_a_planted_moe_output_scale_fails_the_scored_comparison(vllm_python, trained_model_dir, tmp_path):
+    """The H200's planted bug on a CPU build: the PR's Qwen3-MoE block output scaled by 1.005 on every path
+    (moegate/vllm/planted/sitecustomize.py on its PYTHONPATH). The same release, flags and weights: only the
+    scored comparison and the greedy rule can tell, and they must."""
+    planted = ROOT / "moegate" / "vllm" / "planted"
+    proc = run_e2e(
+        f"--base={vllm_python}", f"--pr={vllm_python}", f"--pr-env=PYTHONPATH={planted}",
+        "--pr-env=MOEGATE_PLANTED_MOE_SCALE=1.005", f"--model={trained_model_dir}", f"--server-args={SMOKE_SERVER_ARGS}",
+        "--gates=greedy", *SMOKE_SIZE[:2], "--in-flight=1", f"--out={tmp_path / 'run'}", f"--report={tmp_path / 'e2e.md'}",
+        f"--golden-dir={tmp_path / 'golden'}",
+    )  # fmt: skip
+    page = (tmp_path / "e2e.md").read_text()
+    assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stderr[-3000:]}\n{page}"
+    assert "| scored, base vs pr | FAIL |" in page
+    verdict = json.loads((tmp_path / "run" / "gate-scored--base-vs-pr.json").read_text())["differences"][0]["verdict"]
+    assert verdict["reasons"] and verdict["spread_between"] > verdict["spread_within"]
+
+
 def _server_pids(model_dir: str) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
