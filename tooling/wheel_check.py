@@ -99,7 +99,9 @@ def run(argv: list[str] | None = None) -> int:
 
 def _check(uv: str, python: str, work: Path, install_args: list[str]) -> int:
     dist = work / "dist"
-    subprocess.run([uv, "build", "-q", "--wheel", "--out-dir", str(dist), str(ROOT)], check=True)
+    subprocess.run(
+        [uv, "build", "-q", "--out-dir", str(dist), str(ROOT)], check=True
+    )  # the wheel from the sdist: no build/ in the tree
     wheel = next(dist.glob("moegate-*.whl"))
     venv = work / "venv"
     subprocess.run([uv, "venv", "-q", "--python", python, str(venv)], check=True)

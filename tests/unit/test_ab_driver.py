@@ -431,14 +431,21 @@ def test_bench_serve_without_vllm_is_one_line():
 
 @pytest.mark.skipif(__import__("shutil").which("nox") is None, reason="nox is not installed in this environment")
 def test_nox_ab_session_refuses_bad_arguments_with_one_line():
+    """nox reads only the builds (`--base=`, `--pr=`); every other argument is the A/B command line's to refuse."""
     proc = subprocess.run(
         ["nox", "-s", "ab", "--", "--frobnicate"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
-    assert proc.returncode != 0 and "unknown argument '--frobnicate' for session ab" in proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "nox -s ab needs --base=SPEC --pr=SPEC" in proc.stdout + proc.stderr
     proc = subprocess.run(
-        ["nox", "-s", "ab", "--", "--base=0.32.0"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        ["nox", "-s", "ab", "--", "--base"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
-    assert proc.returncode != 0 and "nox -s ab needs --pr=" in proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "argument --base needs a value: --base=..." in proc.stdout + proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "moegate.ab", "--frobnicate"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
+        "unrecognized arguments: --frobnicate"
+    )
 
 
 # --- the benchmark runner, through a real subprocess ------------------------------------------

