@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 from moegate.ab import report as report_mod
-from moegate.ab.driver import Dataset, Driver, DriverError, Plan, load_run
+from moegate.ab.driver import Driver
 from moegate.ab.evidence import DEFAULT_UVA_PEAK_GBPS, MoEShape, TrafficModel, load_routing
+from moegate.ab.plan import Dataset, DriverError, Plan, load_run
 from moegate.ab.verdict import DEFAULT_ALPHA, DEFAULT_GATE_THRESHOLD, DEFAULT_MIN_CHANGE, WITHIN
 from moegate.paths import REPORTS_DIR
 from moegate.serve.build import Build

@@ -37,305 +37,41 @@ good starts it rests on per build.
 Every raw result JSON (``starts/<k>-<label>/{warmup,measured}-c<c>.json``), each bench
 and server log, and ``run.json`` (config, schedule, sizing, per-start status and samples)
 stay in the run's folder; ``report.md`` / ``throughput.png`` are written from them.
+
+The run as data is ``moegate.ab.plan``; the benchmark processes are ``moegate.ab.workers``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
-import os
-import queue
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Protocol
 
+from moegate.ab.plan import (
+    ROLES,
+    BenchError,
+    BenchFn,
+    BuildLike,
+    Dataset,
+    DriverError,
+    Plan,
+    Run,
+    ServerFactory,
+    ServerLike,
+    StartRecord,
+    load_run,
+    safe_label,
+    schedule,
+    sharegpt_records,
+)
+from moegate.ab.workers import BenchWorkers
 from moegate.core import progress
-from moegate.paths import ROOT
-
-DEFAULT_CONCURRENCY = (1, 2, 3, 4, 8, 16)
-ROLES = ("base", "pr")
-
-
-class DriverError(RuntimeError):
-    """Bad input to the driver: one line, raised before any server starts."""
-
-
-class BenchError(RuntimeError):
-    """A benchmark run failed; the message ends with its log's last lines."""
-
-
-class BuildLike(Protocol):
-    """What the driver reads of a build (read-only: moegate.serve.build.Build is frozen)."""
-
-    @property
-    def label(self) -> str: ...
-    @property
-    def python(self) -> str: ...
-    @property
-    def env(self) -> Mapping[str, str]: ...
-    @property
-    def server_args(self) -> tuple[str, ...]: ...
-
-
-class ServerLike(Protocol):
-    url: str
-    model_name: str
-
-    def log_tail(self, n: int = 40) -> str: ...
-    def check_alive(self) -> None: ...
-
-
-ServerFactory = Callable[..., AbstractContextManager[ServerLike]]
-BenchFn = Callable[[BuildLike, list[str], Path, Path], dict]
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """``sharegpt`` with a path to a valid ShareGPT JSON list, or ``random`` with stated lengths."""
-
-    name: str
-    path: str | None = None
-    input_len: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.name == "sharegpt" and not self.path:
-            raise DriverError("the sharegpt dataset needs --dataset-path FILE (a ShareGPT JSON list)")
-        if self.name == "random" and not self.input_len:
-            raise DriverError("the random dataset needs --random-input-len N")
-        if self.name not in ("sharegpt", "random"):
-            raise DriverError(f"unknown dataset {self.name!r}: sharegpt or random")
-
-    def bench_args(self, output_len: int) -> list[str]:
-        if self.name == "sharegpt":
-            return [
-                "--dataset-name",
-                "sharegpt",
-                "--dataset-path",
-                str(self.path),
-                "--sharegpt-output-len",
-                str(output_len),
-            ]
-        return [
-            "--dataset-name",
-            "random",
-            "--random-input-len",
-            str(self.input_len),
-            "--random-output-len",
-            str(output_len),
-        ]
-
-    def describe(self, output_len: int) -> str:
-        if self.name == "sharegpt":
-            return f"ShareGPT records from {self.path}, {output_len} output tokens each (--ignore-eos)"
-        return f"random token prompts of {self.input_len} tokens, {output_len} output tokens each (--ignore-eos)"
-
-
-def sharegpt_records(path: str | Path) -> int:
-    """Records vLLM's ShareGPT loader can use (a conversation of 2+ turns), or one-line DriverError."""
-    p = Path(path)
-    if not p.is_file():
-        raise DriverError(f"--dataset-path {p}: no such file")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DriverError(
-            f"--dataset-path {p}: not valid JSON ({exc}); a truncated dump needs a streaming "
-            "parse written back as a list (moegate/e2e/prompts.py)"
-        ) from None
-    if not isinstance(data, list):
-        raise DriverError(f"--dataset-path {p}: expected a JSON list of ShareGPT records")
-    return sum(1 for r in data if isinstance(r, dict) and len(r.get("conversations") or ()) >= 2)
-
-
-@dataclass(frozen=True)
-class Plan:
-    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
-    starts: int = 3  # per build
-    output_len: int = 128
-    target_seconds: float = 30.0
-    min_rounds: int = 4
-    warmup_rounds: int = 2
-    seed: int = 1
-    prompts: Mapping[int, int] | None = None  # fixed N_c instead of sizing by time
-    extra_bench_args: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not self.concurrency or any(c < 1 for c in self.concurrency):
-            raise DriverError(f"concurrency levels must be >= 1, got {self.concurrency}")
-        if self.starts < 1:
-            raise DriverError(f"starts={self.starts}: need at least 1 (2 for a verdict)")
-        if self.output_len < 1 or self.min_rounds < 1 or self.warmup_rounds < 1 or self.target_seconds <= 0:
-            raise DriverError("output_len, min_rounds, warmup_rounds must be >= 1 and target_seconds > 0")
-
-    def size(self, c: int, warm_tok_s: float | None) -> int:
-        if self.prompts is not None and c in self.prompts:
-            return max(c, self.prompts[c])
-        rounds = self.min_rounds
-        if warm_tok_s and warm_tok_s > 0:
-            rounds = max(rounds, math.ceil(self.target_seconds * warm_tok_s / (self.output_len * c)))
-        return c * rounds
-
-    def seeds(self, round_: int, j: int) -> tuple[int, int]:
-        """(warm-up seed, measured seed) for round ``round_``, level index ``j``."""
-        base = self.seed + 1000 * round_
-        return base + 500 + j, base + j
-
-
-def schedule(starts: int) -> list[tuple[int, str]]:
-    """(round, role) in start order: A B | B A | A B ..."""
-    out: list[tuple[int, str]] = []
-    for r in range(starts):
-        out += [(r, "base"), (r, "pr")] if r % 2 == 0 else [(r, "pr"), (r, "base")]
-    return out
-
-
-@dataclass
-class StartRecord:
-    index: int
-    round: int
-    role: str
-    label: str
-    status: str = "pending"  # ok | failed
-    error: str | None = None
-    log_tail: str | None = None
-    warmup: dict[int, float] = field(default_factory=dict)  # tok/s, not counted
-    measured: dict[int, float] = field(default_factory=dict)  # tok/s
-    durations: dict[int, float] = field(default_factory=dict)  # s, of each measured run
-    seconds: float = 0.0
-    folder: str = ""
-
-
-@dataclass
-class Run:
-    """Everything the report needs, as written to and read back from ``run.json``."""
-
-    builds: dict[str, dict]
-    model: str
-    server_args: list[str]
-    plan: dict
-    dataset: str
-    prompts: dict[int, int]
-    prompts_note: str
-    starts: list[StartRecord]
-
-    def samples(self, role: str) -> dict[int, list[float]]:
-        out: dict[int, list[float]] = {c: [] for c in self.plan["concurrency"]}
-        for s in self.starts:
-            if s.role == role and s.status == "ok":
-                for c, v in s.measured.items():
-                    out.setdefault(c, []).append(v)
-        return out
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, raw: dict) -> Run:
-        starts = []
-        for s in raw["starts"]:
-            s = dict(s)
-            s["warmup"] = {int(k): v for k, v in s["warmup"].items()}
-            s["measured"] = {int(k): v for k, v in s["measured"].items()}
-            s["durations"] = {int(k): v for k, v in s.get("durations", {}).items()}
-            starts.append(StartRecord(**s))
-        fields = {k: raw[k] for k in ("builds", "model", "server_args", "plan", "dataset", "prompts_note")}
-        return cls(**fields, prompts={int(k): v for k, v in raw["prompts"].items()}, starts=starts)
-
-
-def _tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
-
-
-class BenchWorkers:
-    """One long-lived ``moegate.vllm.bench_serve --worker`` per build: vLLM is imported once per build.
-
-    A fresh process per level paid vLLM's import (26-28 s on the H200) ten times per
-    server start, more than the measurement itself. The worker only runs the benchmark
-    client; every server start is still fresh. Each run's slice of the worker's log is
-    copied to that run's log file, so a failed run shows its own tail.
-    """
-
-    def __init__(self, folder: Path, timeout_s: float = 3600.0) -> None:
-        self.folder, self.timeout_s = Path(folder), timeout_s
-        self.procs: dict[str, tuple[subprocess.Popen[str], Path, queue.Queue[str]]] = {}
-
-    def _start(self, build: BuildLike) -> tuple[subprocess.Popen[str], Path, queue.Queue[str]]:
-        env = {**os.environ, **dict(build.env)}
-        log = self.folder / f"bench-worker-{_safe(build.label)}.log"
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fh = log.open("a")
-        proc = subprocess.Popen(
-            [build.python, "-m", "moegate.vllm.bench_serve", "--worker"],
-            env=env,
-            cwd=ROOT,  # moegate imports there: installed in the build's env, or from the checkout (``-m``)
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=fh,
-            text=True,
-        )
-        replies: queue.Queue[str] = queue.Queue()
-
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                replies.put(line)
-            replies.put("")  # EOF: the worker is gone
-
-        threading.Thread(target=pump, daemon=True).start()
-        self.procs[build.label] = (proc, log, replies)
-        self._answer(build, log, replies, what="worker start")
-        return self.procs[build.label]
-
-    def _answer(self, build: BuildLike, log: Path, replies: queue.Queue[str], what: str) -> dict:
-        try:
-            line = replies.get(timeout=self.timeout_s)
-        except queue.Empty:
-            self.close(build.label)
-            raise BenchError(f"{what}: no answer in {self.timeout_s:.0f} s; {log}:\n{_tail(log)}") from None
-        if not line:
-            self.procs.pop(build.label, None)
-            raise BenchError(f"{what}: the benchmark worker of {build.label} exited; {log}:\n{_tail(log)}")
-        answer: dict = json.loads(line)
-        return answer
-
-    def __call__(self, build: BuildLike, args: list[str], json_out: Path, log_path: Path) -> dict:
-        proc, log, replies = self.procs.get(build.label) or self._start(build)
-        start = log.stat().st_size if log.exists() else 0
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps({"args": args, "json_out": str(json_out)}) + "\n")
-        proc.stdin.flush()
-        answer = self._answer(build, log, replies, what="benchmark")
-        with log.open("rb") as src:
-            src.seek(start)
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            log_path.write_bytes(f"# worker {log.name}, this run's part\n".encode() + src.read())
-        if not answer.get("ok") or not json_out.is_file():
-            raise BenchError(f"benchmark failed: {answer.get('error')}; {log_path}:\n{_tail(log_path)}")
-        return json.loads(json_out.read_text())
-
-    def close(self, label: str | None = None) -> None:
-        for key in [label] if label else list(self.procs):
-            entry = self.procs.pop(key, None)
-            if entry is None:
-                continue
-            proc = entry[0]
-            with contextlib.suppress(Exception):
-                assert proc.stdin is not None
-                proc.stdin.close()
-                proc.wait(timeout=30)
-            if proc.poll() is None:
-                proc.kill()
+from moegate.serve.processes import log_tail
 
 
 def _default_server_factory() -> ServerFactory:
@@ -462,7 +198,7 @@ class Driver:
                 f"{phase} run at concurrency {c}: {completed} of {prompts} requests completed, {failed} failed, "
                 f"output_throughput={tok_s!r}"
                 + (f"; first errors: {errors}" if errors else "")
-                + f"; {log_path}:\n{_tail(log_path, 10)}"
+                + f"; {log_path}:\n{log_tail(log_path, 10, missing='')}"
             )
         return float(tok_s), float(result.get("duration") or 0.0)
 
@@ -511,7 +247,7 @@ class Driver:
                 return
             new += 1
             build = self.builds[role]
-            folder = self.out_dir / "starts" / f"{index:02d}-{role}-{_safe(build.label)}"
+            folder = self.out_dir / "starts" / f"{index:02d}-{role}-{safe_label(build.label)}"
             folder.mkdir(parents=True, exist_ok=True)
             rec = StartRecord(index, round_, role, build.label, folder=str(folder.relative_to(self.out_dir)))
             t0 = time.monotonic()
@@ -600,14 +336,3 @@ class Driver:
             self.prompts_note,
             list(records),
         )
-
-
-def _safe(label: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in label)[:40]
-
-
-def load_run(folder: str | Path) -> Run:
-    path = Path(folder) / "run.json"
-    if not path.is_file():
-        raise DriverError(f"{folder}: no run.json (not an A/B run folder)")
-    return Run.from_json(json.loads(path.read_text()))

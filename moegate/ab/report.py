@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from moegate.ab.driver import Run
 from moegate.ab.evidence import TrafficModel
+from moegate.ab.plan import Run
 from moegate.ab.verdict import (
     DEFAULT_ALPHA,
     DEFAULT_GATE_THRESHOLD,

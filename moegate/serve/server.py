@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Self
 
 from moegate.serve.build import Build
+from moegate.serve.processes import stop_group
 from moegate.vllm.names import API_SERVER as SERVER_MODULE
 
 QUIET_ENV = {
@@ -134,24 +135,6 @@ def gpu_memory_used_mib() -> int | None:
         return sum(int(v) for v in out.split() if v.strip().isdigit())
     except (OSError, subprocess.TimeoutExpired):
         return None
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a group of zombies only is gone for our purpose
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
 
 
 class Server:
@@ -275,20 +258,7 @@ class Server:
         """SIGTERM to the group, SIGKILL after ``stop_timeout_s``; then wait for the GPU memory."""
         if self.proc is None:
             return
-        pgid = self.proc.pid
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout_s
-        while time.monotonic() < deadline and (self.proc.poll() is None or _group_alive(pgid)):
-            time.sleep(0.2)
-        if self.proc.poll() is None or _group_alive(pgid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-        end = time.monotonic() + 10
-        while _group_alive(pgid) and time.monotonic() < end:
-            time.sleep(0.2)
+        stop_group(self.proc, self.stop_timeout_s)
         if self._gpu_before is not None:
             end = time.monotonic() + self.gpu_release_timeout_s
             while time.monotonic() < end:

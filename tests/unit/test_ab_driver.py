@@ -23,8 +23,9 @@ import pytest
 
 from moegate.ab import report
 from moegate.ab.__main__ import main as cli
-from moegate.ab.driver import BenchError, Dataset, Driver, DriverError, Plan, Run, load_run, schedule
+from moegate.ab.driver import Driver
 from moegate.ab.evidence import MoEShape, TrafficModel, expected_unique_experts, naive_region
+from moegate.ab.plan import BenchError, Dataset, DriverError, Plan, Run, load_run, schedule
 from moegate.ab.verdict import IMPROVED, NO_VERDICT, WITHIN
 from tests.support import ROOT
 
@@ -324,7 +325,7 @@ def test_moe_shape_from_text_and_config(tmp_path):
 
 
 def synthetic_run() -> Run:
-    from moegate.ab.driver import StartRecord
+    from moegate.ab.plan import StartRecord
 
     base = {1: [20.6, 20.7, 20.8], 2: [22.1, 22.2, 22.3], 4: [23.0, 23.1, 23.2], 8: [34.5, 34.9, 34.7]}
     pr = {1: [20.5, 20.7, 20.6], 2: [23.7, 23.8, 23.9], 4: [26.5, 27.0, 27.4], 8: [33.5, 35.0, 34.2]}
@@ -540,7 +541,8 @@ def test_the_bench_worker_imports_once_runs_many_and_survives_a_failed_run(tmp_p
             "def main(args):\n    print('noise on stdout')\n    assert args.model != 'boom', 'planted'\n",
         )
     )
-    from moegate.ab.driver import BenchError, BenchWorkers
+    from moegate.ab.plan import BenchError
+    from moegate.ab.workers import BenchWorkers
 
     b = SimpleNamespace(label="x", python=sys.executable, env={"PYTHONPATH": str(tmp_path / "site")}, server_args=())
     workers = BenchWorkers(tmp_path / "w", timeout_s=120)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from moegate import paths
-from moegate.e2e import gsm8k
+from moegate.e2e import gsm8k, gsm8k_lm_eval
 from moegate.e2e.gsm8k import (
     CHECKSUMS,
     GSM8K_TASK_SETTINGS,
@@ -78,25 +78,23 @@ def test_real_data_checks_out_when_present() -> None:
 
 
 def test_task_yaml_carries_lm_eval_settings(tmp_path: Path) -> None:
+    """The written task (PyYAML) says what lm-eval 0.4.13's gsm8k says, on the local files, and holds no question."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML writes and reads the task")
     data = fake_data(tmp_path / "d")
     path = gsm8k.write_task_yaml(tmp_path / "tasks", data)
     assert path == tmp_path / "tasks" / f"{gsm8k.LOCAL_TASK}.yaml"
     text = path.read_text()
-    for line in (
-        f'task: "{gsm8k.LOCAL_TASK}"',
-        'dataset_path: "json"',
-        f'    test: "{data.test}"',
-        f'    train: "{data.train}"',
-        'doc_to_text: "Question: {{question}}\\nAnswer:"',
-        'doc_to_target: "{{answer}}"',
-        "num_fewshot: 5",
-        "  do_sample: false",
-        "  temperature: 0.0",
-        '      - "(?s).*#### "',
-        '        regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"',
-        "        group_select: -1",
-    ):
-        assert line in text.splitlines(), line
+    assert text.startswith("# Written by moegate.e2e.gsm8k at run time")
+    task = yaml.safe_load(text)
+    assert (task["task"], task["dataset_path"]) == (gsm8k.LOCAL_TASK, "json")
+    assert task["dataset_kwargs"]["data_files"] == {"test": str(data.test), "train": str(data.train)}
+    assert (task["doc_to_text"], task["doc_to_target"]) == ("Question: {{question}}\nAnswer:", "{{answer}}")
+    assert task["num_fewshot"] == 5
+    assert task["generation_kwargs"]["do_sample"] is False and task["generation_kwargs"]["temperature"] == 0.0
+    assert "(?s).*#### " in task["metric_list"][0]["regexes_to_ignore"]
+    strict, flexible = task["filter_list"]
+    assert strict["filter"][0]["regex_pattern"] == "#### (\\-?[0-9\\.\\,]+)"
+    assert flexible["filter"][0]["group_select"] == -1
     assert "question" not in text.replace("{{question}}", "")  # no data in the YAML, only its location
 
 
@@ -212,7 +210,7 @@ def test_lm_eval_failure_names_a_dead_server_first(tmp_path: Path, monkeypatch: 
     fake.chmod(0o755)
     data_folder = tmp_path / "data"
     data_folder.mkdir()
-    monkeypatch.setattr(gsm8k, "verify_data", lambda folder=None: fake_data(data_folder))
+    monkeypatch.setattr(gsm8k_lm_eval, "verify_data", lambda folder=None: fake_data(data_folder))
 
     class Dead(RuntimeError):
         pass
