@@ -267,7 +267,8 @@ def power(session: nox.Session) -> None:
     vllm_py, rest = _vllm(session)
     tool_py = str(envs.shared_env(session, "_power", envs.POWER_DEPS))
     # --noconftest: the tool env has no torch, and these tests need none of the shared fixtures
-    session.run(tool_py, "-m", "pytest", "--noconftest", "-q", "tests/unit/test_power.py", external=True)
+    harness = ("tests/unit/test_power.py", "tests/unit/test_power_overlay.py")
+    session.run(tool_py, "-m", "pytest", "--noconftest", "-q", *harness, external=True)
     command = "nox -s power" + (" -- " + " ".join(session.posargs) if session.posargs else "")
     args = [f"--vllm-python={vllm_py}", f"--out={REPORTS}", *rest]
     session.run(tool_py, "-m", "moegate.power", *args, env={"MOEGATE_POWER_COMMAND": command}, external=True)

@@ -24,18 +24,8 @@ from moegate.ab.evidence import DEFAULT_UVA_PEAK_GBPS, MoEShape, TrafficModel, l
 from moegate.ab.plan import Dataset, DriverError, Plan, load_run
 from moegate.ab.verdict import DEFAULT_ALPHA, DEFAULT_GATE_THRESHOLD, DEFAULT_MIN_CHANGE, WITHIN
 from moegate.paths import REPORTS_DIR
-from moegate.serve.build import Build
+from moegate.serve.build import Build, positive_ints
 from moegate.serve.server import teardown_on_termination
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not out:
-        raise argparse.ArgumentTypeError("expected at least one level")
-    return out
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
@@ -60,14 +50,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--served-name", help="name the server serves the model under")
     p.add_argument("--server-args", default="", help="flags every server start gets (shell words)")
     p.add_argument("--starts", type=int, default=3, help="server starts per build (default 3)")
-    p.add_argument("--concurrency", type=_ints, default=(1, 2, 3, 4, 8, 16))
+    p.add_argument("--concurrency", type=positive_ints, default=(1, 2, 3, 4, 8, 16))
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--dataset-path", help="a valid ShareGPT JSON list (moegate/e2e/prompts.py writes one)")
     p.add_argument("--random-input-len", type=int, help="use vLLM's random dataset with this prompt length")
     p.add_argument("--target-seconds", type=float, default=30.0, help="measured seconds per level (sizing)")
     p.add_argument("--min-rounds", type=int, default=4, help="floor: prompts per level >= rounds x c")
     p.add_argument("--warmup-rounds", type=int, default=2)
-    p.add_argument("--prompts", type=_ints, help="fixed prompts per level (one per --concurrency level), no sizing")
+    p.add_argument(
+        "--prompts", type=positive_ints, help="fixed prompts per level (one per --concurrency level), no sizing"
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--bench-arg", action="append", default=[], help="extra vllm bench serve argument (repeat)")
     p.add_argument("--startup-timeout", type=float, default=900.0)

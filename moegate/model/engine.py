@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moegate.model.tiny_model import TinyMoESpec
+from moegate.model.tiny_spec import TinyMoESpec
 
 GIB = 1 << 30
 

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moegate.model.tiny_model import BUILD_INFO, TinyMoESpec, make_model
+from moegate.model.tiny_model import make_model
+from moegate.model.tiny_spec import BUILD_INFO, TinyMoESpec
 from moegate.paths import MODELS_DIR
 
 TRAINED_MODEL_ENV = "MOEGATE_E2E_TRAINED_MODEL"
@@ -102,7 +103,7 @@ class TrainRecipe:
 
 
 RECIPES: dict[str, TrainRecipe] = {"e2e-trained": TrainRecipe()}
-"""The trained presets of ``tiny_model.PRESETS`` and how each is trained."""
+"""The trained presets of ``tiny_spec.PRESETS`` and how each is trained."""
 
 
 def _sha256(path: Path) -> str:

@@ -7,6 +7,7 @@ environment be compared under two flag sets (experts resident against UVA-offloa
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -116,3 +117,18 @@ def env_pairs(items: list[str]) -> dict[str, str]:
             raise ValueError(f"--*-env takes KEY=VALUE, got {item!r}")
         out[key] = value
     return out
+
+
+def positive_ints(text: str) -> tuple[int, ...]:
+    """``1,2,4`` as (1, 2, 4): the in-flight counts and concurrency levels the e2e and A/B command lines take.
+
+    An argparse type: a word that is not an integer, no number at all, or one below 1 is
+    one ``ArgumentTypeError`` line.
+    """
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, at least one: {text!r}")
+    return vals

@@ -4,6 +4,7 @@
   marker and the error types; a leaf that imports nothing.
 - ``recorders``: the stand-ins that observe each call (one ``Launch`` record per kernel launch).
 - ``target``: ``VllmTarget``, which drives both fused-MoE entrypoints.
+- ``calls``: how a case becomes each entrypoint's call (quant config, experts, workspaces).
 - ``uva``: host residency as vLLM makes it (marker, UVA host views, offloader, loader context).
 - ``environment``: ``describe_environment``, for report headers and golden provenance.
 - ``offline``: the public offline-engine API the engine scenarios use.

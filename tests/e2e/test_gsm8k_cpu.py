@@ -199,7 +199,8 @@ def test_a_scoring_request_past_its_limit_fails_with_the_servers_log(server: obj
 
 def test_server_killed_mid_run_names_the_server(server: object, eval_py: Path, tmp_path: Path) -> None:
     """Last in the module: it kills the shared server."""
-    from moegate.serve.server import ServerError, _group_alive
+    from moegate.serve.processes import group_alive
+    from moegate.serve.server import ServerError
 
     pgid = server.proc.pid  # type: ignore[attr-defined]
     killer = threading.Timer(5.0, lambda: os.killpg(pgid, signal.SIGKILL))
@@ -212,4 +213,4 @@ def test_server_killed_mid_run_names_the_server(server: object, eval_py: Path, t
         killer.cancel()
     assert time.monotonic() - t0 < 300
     server.stop()  # type: ignore[attr-defined]
-    assert not _group_alive(pgid)
+    assert not group_alive(pgid)

@@ -36,7 +36,7 @@ import pytest
 from moegate.core.case import MoECase, Placement
 from moegate.core.spec import expected_path, in_naive_region
 from moegate.model.engine import SCENARIOS
-from moegate.model.tiny_model import TinyMoESpec
+from moegate.model.tiny_spec import TinyMoESpec
 from tests.support import ROOT
 
 SCENARIO_TIMEOUT_S = int(os.environ.get("MOEGATE_ENGINE_TIMEOUT", "480"))

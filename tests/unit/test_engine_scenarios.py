@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from moegate.model.engine import SCENARIOS, engine_kwargs, prompts
-from moegate.model.tiny_model import TinyMoESpec
+from moegate.model.tiny_spec import TinyMoESpec
 from tests.support import ROOT
 
 SPEC = TinyMoESpec()

@@ -30,18 +30,9 @@ from moegate.core.spec import expected_path
 from moegate.kernels import sweep
 from moegate.kernels.check import KernelResult, StageClock
 from moegate.kernels.reference import Closeness, rounding_count
-from moegate.kernels.workers import (
-    Options,
-    Pool,
-    Tally,
-    WorkerFailed,
-    WorkerReport,
-    auto_workers,
-    cache_entries,
-    merge,
-    profile_line,
-    triton_cache_dir,
-)
+from moegate.kernels.resources import auto_workers, cache_entries, triton_cache_dir
+from moegate.kernels.tally import Tally, WorkerReport, merge, profile_line
+from moegate.kernels.workers import Options, Pool, WorkerFailed
 from moegate.vllm import names
 from tests.support import ROOT
 

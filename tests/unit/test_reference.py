@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moegate.core.case import SHARED_EXPERT_WEIGHT, ExpertMap, Quant
-from moegate.kernels.reference import Reference, compare, dequantize, reference_moe, tolerance, unpack_int4
+from moegate.kernels.quant import dequantize, unpack_int4
+from moegate.kernels.reference import Reference, compare, reference_moe, tolerance
 
 
 def dense_moe(x, w1, w2, topk_weights, topk_ids, expert_map=None, on_input=False):

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from moegate.core.case import Quant
 from moegate.kernels.inputs import _fp8_weights
-from moegate.kernels.reference import FP8_MAX, compare, dequantize, quantize_activation, reference_moe
+from moegate.kernels.quant import FP8_MAX, dequantize, quantize_activation
+from moegate.kernels.reference import compare, reference_moe
 
 PER_TENSOR, BLOCK = Quant("fp8_w8a8", 0), Quant("fp8_w8a8", 4)
 FP8_STEP = 2.0**-3  # float8_e4m3fn: 3 explicit mantissa bits
@@ -143,7 +144,7 @@ def test_fp8_reference_is_not_the_unquantized_one_and_tolerance_rejects_a_droppe
 
 def fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, quant, *, wrong_expert=False, drop_output_expert=False):
     """A CPU stand-in for vLLM's fp8 call: quantize, first product (bf16), quantize, second product (bf16)."""
-    from moegate.kernels.reference import dequantize_activation, fp8_quantize
+    from moegate.kernels.quant import dequantize_activation, fp8_quantize
 
     m, top_k = ids.shape
     n = w2.shape[2]

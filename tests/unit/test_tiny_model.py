@@ -14,8 +14,9 @@ import pytest
 
 pytest.importorskip("transformers", reason="the tiny-model builder needs transformers")
 
-from moegate.model import tiny_model
-from moegate.model.tiny_model import BUILD_INFO, TinyMoESpec, build
+from moegate.model import tiny_model, tiny_spec
+from moegate.model.tiny_model import build
+from moegate.model.tiny_spec import BUILD_INFO, TinyMoESpec
 from tests.support import ROOT
 
 
@@ -195,4 +196,4 @@ def test_presets_and_bad_skew_are_checked(tmp_path):
         build(tmp_path / "x", preset="huge")
     with pytest.raises(ValueError, match="router_skew"):
         TinyMoESpec(hot_experts=1, router_skew=1.0)  # fewer hot experts than top_k
-    assert TinyMoESpec.from_dict(tiny_model.PRESETS["wide"]).w13_bytes == 128 * 2 * 768 * 2048 * 2
+    assert TinyMoESpec.from_dict(tiny_spec.PRESETS["wide"]).w13_bytes == 128 * 2 * 768 * 2048 * 2

@@ -18,7 +18,7 @@ import pytest
 
 from moegate.e2e.datasets import GSM8K_SHA256, DataError, gsm8k_file
 from moegate.model import tiny_train
-from moegate.model.tiny_model import BUILD_INFO, PRESETS, TRAINED_PRESETS, TinyMoESpec
+from moegate.model.tiny_spec import BUILD_INFO, PRESETS, TRAINED_PRESETS, TinyMoESpec
 from moegate.model.tiny_train import COMMITTED_DIR, RECIPES, TrainedModelError, TrainRecipe, check_record
 from tests.support import ROOT
 

@@ -1,0 +1,63 @@
+"""What a kernel-sweep worker runs for each case: the real one (vLLM, run to the end and checked, ``VllmRunner``) or, in the unit tier, a stand-in with the same face (``Runner``)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from moegate.core.case import MoECase
+from moegate.kernels.check import KernelResult, StageClock
+from moegate.kernels.resources import triton_cache_in_use
+
+# --- the workers ------------------------------------------------------------------------
+
+
+class Runner(Protocol):
+    """What a worker drives: the real one is ``VllmRunner``; the unit tier passes a stand-in."""
+
+    info: dict[str, Any]
+
+    def run(self, case: MoECase, entrypoint: str, clock: StageClock | None) -> KernelResult: ...
+
+    def sync(self) -> None: ...
+
+    def memory(self) -> dict[str, int]: ...
+
+
+class VllmRunner:
+    """A ``VllmTarget`` and a ``WeightBank`` on this process's GPU: ``run`` is ``run_checked``."""
+
+    def __init__(self) -> None:
+        import torch
+
+        from moegate.kernels.check import run_checked
+        from moegate.kernels.inputs import WeightBank
+        from moegate.vllm.environment import describe_environment
+        from moegate.vllm.target import VllmTarget
+
+        self._torch, self._run_checked = torch, run_checked
+        self.target = VllmTarget()
+        if not self.target.cuda:
+            raise RuntimeError("the kernel tier needs a CUDA GPU; this process sees none")
+        self.bank = WeightBank(self.target.device, self.target.host_view)
+        self.info = {
+            "vllm": self.target.version,
+            "fp8": torch.cuda.get_device_capability() >= (8, 9),  # fp8_w8a8 needs fp8 tensor cores
+            "env": describe_environment(),
+            "triton_cache": triton_cache_in_use(),
+        }
+
+    def run(self, case: MoECase, entrypoint: str, clock: StageClock | None) -> KernelResult:
+        result: KernelResult = self._run_checked(self.target, self.bank, case, entrypoint, clock)
+        return result
+
+    def sync(self) -> None:
+        self._torch.cuda.synchronize()
+
+    def memory(self) -> dict[str, int]:
+        cuda = self._torch.cuda
+        return {
+            "peak_allocated": cuda.max_memory_allocated(),
+            "peak_reserved": cuda.max_memory_reserved(),
+            "weights_device": self.bank.device_bytes,
+            "weights_pinned": self.bank.host_bytes,
+        }
