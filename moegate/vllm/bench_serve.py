@@ -1,6 +1,6 @@
 """Run vLLM's own serving benchmark in-process and write its result dict as JSON.
 
-Run inside a build's Python (where that build's vLLM imports), with moegate on PYTHONPATH:
+Run inside a build's Python (where that build's vLLM imports; moegate installed there, or run from the checkout):
 
     python -m moegate.vllm.bench_serve --json-out FILE -- <vllm bench serve args>
     python -m moegate.vllm.bench_serve --json-out FILE --args-json ARGS.json   # a JSON list of args
