@@ -40,6 +40,11 @@ STUBBED_ACTIONS = {("actions", "upload-artifact")}  # no stored snapshot holds i
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # not /usr/local/bin: this machine keeps CUDA's nvcc there
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ACT_DIR = "a"  # act's folder in a run: short, like a runner's /home/runner/work/_temp
+# a host-mode job's TMPDIR is <act>/<16 hex>/tmp/moegate-job/tmp (.ci/job-env); vLLM binds its engine's
+# ZMQ socket there as <uuid4>, and a Unix socket path has at most 107 bytes (sockaddr_un.sun_path)
+JOB_SOCKET_TAIL = "/0123456789abcdef/tmp/moegate-job/tmp/" + "0" * 36
+SOCKET_PATH_MAX = 107
 HASH_DIR = re.compile(r"^[0-9a-f]{16}$")  # act's per-job folder in host mode (workspace, RUNNER_TEMP)
 
 
@@ -454,7 +459,7 @@ def replay_run(
     act: str, run: Run, copy: Path, workflow: Path, run_dir: Path, labels: list[str], job_ids: dict[str, str]
 ) -> dict[str, dict[str, Any]]:
     """One act invocation; per replayed job: outcome, wall time, failing step and the last lines of its output."""
-    act_dir = run_dir / "act"
+    act_dir = run_dir / ACT_DIR
     event_file = run_dir / f"event-{run.event}.json"
     sha = _run(["git", "-C", str(copy), "rev-parse", "HEAD"]).stdout.strip()
     event_file.write_text(json.dumps(event_payload(run.event, sha)))
@@ -545,7 +550,9 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.ci_replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", default="", help="comma list of workflow:job or job ids (default: every hosted job)")
-    ap.add_argument("--work", default=str(Path.home() / ".cache" / "moegate-ci-replay"))
+    ap.add_argument(
+        "--work", default="/tmp/ci-replay", help="short: vLLM's IPC sockets live under it (see SOCKET_PATH_MAX)"
+    )
     ap.add_argument("--snapshots", default="/work/.mirror", help="repository snapshots: <owner>+<repo>/repo")
     ap.add_argument("--gsm8k-dir", default=None, help="GSM8K files standing in for the raw-file host")
     ap.add_argument("--torch-wheels", default="/opt/wheels", help="folder of torch +cpu wheels for the file:// index")
@@ -554,7 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prepare-only", action="store_true", help="build the copy and the stand-ins, run nothing")
     ap.add_argument("--render-only", action="store_true", help="write the page again from results/ci-replay.json")
     ap.add_argument(
-        "--from-log", default=None, help="record an interrupted run from its act log (run-*-EVENT[-JOB].jsonl)"
+        "--from-log",
+        default=None,
+        help="record an interrupted run from its act log (<work>/MMDDhhmmss-EVENT[-JOB].jsonl)",
     )
     ap.add_argument("--revision", default=None, help="with --from-log: the revision that run replayed")
     args = ap.parse_args(argv)
@@ -599,9 +608,9 @@ def from_log(args: argparse.Namespace, workflows: dict[str, dict[str, Any]]) -> 
     log = Path(args.from_log)
     if not args.revision:
         raise ReplayError("--from-log needs --revision=REV (the revision that run replayed)")
-    m = re.fullmatch(r"run-\d{8}T\d{6}Z-(pull_request|workflow_dispatch)(?:-(.+))?\.jsonl", log.name)
+    m = re.fullmatch(r"\d{10}-(pull_request|workflow_dispatch)(?:-(.+))?\.jsonl", log.name)
     if m is None or not log.is_file():
-        raise ReplayError(f"{log}: not an act log of the replay (run-<stamp>-<event>[-<job>].jsonl)")
+        raise ReplayError(f"{log}: not an act log of the replay (<MMDDhhmmss>-<event>[-<job>].jsonl)")
     run = next((r for r in RUNS if (r.event, r.target) == (m.group(1), m.group(2))), None) or run_for(str(m.group(2)))
     reader = LogReader(_job_ids(workflows))
     for line in log.read_text().splitlines():
@@ -644,8 +653,13 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     if not wheels:
         raise ReplayError(f"no torch +cpu wheel in {args.torch_wheels} for the file:// CPU index")
 
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    run_dir = Path(args.work).expanduser() / f"run-{stamp}"
+    run_dir = Path(args.work).expanduser().absolute() / dt.datetime.now(dt.UTC).strftime("%m%d%H%M%S")
+    deepest = len(str(run_dir / ACT_DIR)) + len(JOB_SOCKET_TAIL)
+    if deepest > SOCKET_PATH_MAX:
+        raise ReplayError(
+            f"--work={args.work} is too deep: a job's IPC socket paths would reach {deepest} bytes, "
+            f"over the {SOCKET_PATH_MAX} a Unix socket path may have (vLLM's engine binds one under TMPDIR)"
+        )
     copy = run_dir / "repo"
     copy.mkdir(parents=True)
     revision = copy_checkout(copy)
@@ -653,7 +667,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     _run(["git", "-C", str(copy), "remote", "add", "origin", f"https://github.com/{REPO}.git"])
     _commit(copy, f"ci-replay of {revision}")
     workflow = replay_workflows(copy, run_dir, run_dir / "torch-index")
-    act_dir = run_dir / "act"
+    act_dir = run_dir / ACT_DIR
     act_dir.mkdir()
     stand_ins: dict[str, str] = {}
     for owner, repo, sha in pinned_actions(copy):
