@@ -44,6 +44,17 @@ def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | Non
     session.run(py, "-m", "pytest", *args, env={"MOEGATE_REQUIRE_VLLM": "1", **(env or {})}, external=True)
 
 
+# --- the test command: every session tagged "tests", in parallel lanes ---------------------
+
+
+@nox.session(python=False)
+def tests(session: nox.Session) -> None:
+    """The test command (`.ci/run`): the sessions tagged `tests` in 2 parallel lanes (tooling/lanes.py).
+
+    `-- --lanes=1` runs them one after another (as `nox -t tests` does); `-- NAME ...` runs those only."""
+    session.run(sys.executable, "-m", "tooling.lanes", *session.posargs, external=True)
+
+
 # --- first: the unit tier, lint, the wheel -------------------------------------------------
 
 

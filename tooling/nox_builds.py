@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from tooling.nox_envs import BASE_VLLM, PROJECT_DEPS, RELEASES, ROOT, Session, shared_env
+from tooling.nox_envs import BASE_VLLM, PROJECT_DEPS, RELEASES, ROOT, Session, locked, shared_env
 
 # --- vLLM builds: a release, a wheel, or an interpreter you have --------------------------
 
@@ -122,12 +122,13 @@ def build_python(session: Session, spec: str) -> str:
 def tiny_model(session: Session, python: str) -> Path:
     """The e2e preset of the tiny model with its GSM8K tokenizer, built once into .nox/_models (deterministic)."""
     out = ROOT / ".nox" / "_models" / "tiny-e2e"
-    if not (out / "moegate_tiny_model.json").exists():
-        data = os.environ.get("MOEGATE_GSM8K_DIR", str(ROOT.parent / "shared" / "data" / "gsm8k"))
-        session.run(
-            python, "-m", "moegate.model.tiny_model", str(out), "--preset", "e2e",
-            "--tokenizer-data", f"{data}/train.jsonl", "--overwrite", external=True,
-        )  # fmt: skip
+    with locked(out):  # the lanes of `nox -s tests` may ask for it at once
+        if not (out / "moegate_tiny_model.json").exists():
+            data = os.environ.get("MOEGATE_GSM8K_DIR", str(ROOT.parent / "shared" / "data" / "gsm8k"))
+            session.run(
+                python, "-m", "moegate.model.tiny_model", str(out), "--preset", "e2e",
+                "--tokenizer-data", f"{data}/train.jsonl", "--overwrite", external=True,
+            )  # fmt: skip
     return out
 
 

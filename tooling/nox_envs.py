@@ -3,8 +3,13 @@
 Every environment's install list is an extra in pyproject.toml, the one source
 (``requirements()`` reads them; a version named here is derived from there). The vLLM
 environments are big (vLLM 0.33.0 with its CUDA torch is 9.4 GB), so each environment is
-built once into ``.nox/<name>``, shared by every session that needs it and rebuilt only
-when its recipe changes: a sharing nox does not offer on its own. uv builds them where it
+built once into ``<env root>/<name>``, shared by every session that needs it and rebuilt only
+when its recipe changes: a sharing nox does not offer on its own. The env root is the
+checkout's ``.nox`` unless ``MOEGATE_ENV_DIR`` names another folder: ``.ci/run`` points it at
+``~/.cache/moegate/envs``, so a fresh clone on a machine that ran the tests before finds its
+environments built (moegate's editable install is re-pointed at the checkout that runs). A
+build holds a lock on its environment, so two sessions running at once (``nox -s tests``'
+lanes) never build the same one twice or use one half built. uv builds them where it
 is installed (beside nox's Python or on PATH; docs/environments.md has both installers'
 times), pip otherwise; ``MOEGATE_INSTALLER=pip`` insists on pip. moegate itself goes into
 every environment editable, in a step of its own after the recipe-stamped install.
@@ -16,6 +21,8 @@ command line (releases, wheels, interpreters) and the sessions' defaults are in
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -24,7 +31,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +39,27 @@ from nox import Session
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
+ENV_DIR_VAR = "MOEGATE_ENV_DIR"
+
+
+def env_root(env: Mapping[str, str] = os.environ) -> Path:
+    """Where the environments live: ``$MOEGATE_ENV_DIR`` (``~`` expanded), else the checkout's ``.nox``."""
+    given = env.get(ENV_DIR_VAR, "").strip()
+    return Path(given).expanduser().resolve() if given else ROOT / ".nox"
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path.lock`` for the block (released when the process dies, too)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 with open(ROOT / "pyproject.toml", "rb") as _fh:
     PYPROJECT: dict[str, Any] = tomllib.load(_fh)
 
@@ -198,20 +226,21 @@ def uv_sources(extra_args: list[str]) -> list[str]:
 def shared_env(
     session: Session, name: str, install: list[str], remove: Sequence[str] = (), python: str | None = None
 ) -> Path:
-    """`.nox/<name>` on `python` (nox's own by default), built once and rebuilt only when its recipe changes.
+    """`<env root>/<name>` on `python` (nox's own by default), built once and rebuilt only when its recipe changes.
 
     A stamp records the recipe. uv builds it where uv is installed (byte-compiled, as pip
     does: vLLM is imported by many short processes), pip otherwise. moegate is installed
     into it editable afterwards (``install_project``).
     """
-    env_dir = ROOT / ".nox" / name
+    env_dir = env_root() / name
     py = env_dir / "bin" / "python"
     stamp = env_dir / "moegate-stamp"
     want = hashlib.sha256(repr((install, list(remove))).encode()).hexdigest()
-    if not (py.exists() and stamp.exists() and stamp.read_text() == want):
-        _build(session, env_dir, install, remove, python or sys.executable)
-        stamp.write_text(want)
-    install_project(session, py)
+    with locked(env_dir):
+        if not (py.exists() and stamp.exists() and stamp.read_text() == want):
+            _build(session, env_dir, install, remove, python or sys.executable)
+            stamp.write_text(want)
+        install_project(session, py)
     return py
 
 
@@ -298,7 +327,7 @@ def find_python(version: str, env: Mapping[str, str] = os.environ) -> str | None
 
 
 def unit_python(session: Session, version: str) -> Path:
-    """`.nox/_unit-<version>`: the unit env on Python `version`; no such Python fails the session."""
+    """`<env root>/_unit-<version>`: the unit env on Python `version`; no such Python fails the session."""
     interpreter = find_python(version)
     if interpreter is None:
         session.error(

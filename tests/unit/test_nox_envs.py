@@ -3,8 +3,11 @@ sources, interpreters, the builds a session names, the options nox itself reads.
 
 from __future__ import annotations
 
+import pathlib
 import re
+import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -192,3 +195,27 @@ def test_moegate_goes_into_an_environment_editable_once_per_checkout(tmp_path, m
     (tmp_path / "env" / "moegate-project").write_text("/elsewhere")  # another checkout's install
     nox_envs.install_project(session, py)
     assert len(session.runs) == 2
+
+
+def test_the_env_root_is_the_checkouts_nox_unless_moegate_env_dir_names_another(tmp_path):
+    assert nox_envs.env_root({}) == nox_envs.ROOT / ".nox"
+    assert nox_envs.env_root({"MOEGATE_ENV_DIR": "  "}) == nox_envs.ROOT / ".nox"
+    assert nox_envs.env_root({"MOEGATE_ENV_DIR": str(tmp_path / "envs")}) == tmp_path / "envs"
+    assert nox_envs.env_root({"MOEGATE_ENV_DIR": "~/x"}) == pathlib.Path.home() / "x"
+
+
+def test_an_environments_lock_keeps_a_second_process_out_until_the_first_lets_go(tmp_path):
+    target = tmp_path / "envs" / "_unit-3.12"
+    waiter = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from tooling import nox_envs as e; "
+        "from pathlib import Path; t = time.monotonic()\n"
+        "with e.locked(Path(sys.argv[2])): print(round(time.monotonic() - t, 2))"
+    )
+    with nox_envs.locked(target):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", waiter, str(nox_envs.ROOT), str(target)], stdout=subprocess.PIPE, text=True
+        )
+        time.sleep(1.5)
+        assert proc.poll() is None, "the second process did not wait for the lock"
+    out, _ = proc.communicate(timeout=60)
+    assert float(out) >= 1.0
