@@ -3,8 +3,7 @@
 Each session picks its environment and hands its arguments on, to pytest or to the tier's command
 line (`python -m moegate.e2e`, `.ab`, `.power`, `.kernels.sweep`), which says what it accepts. nox
 reads only what picks an environment: `--vllm=VERSION|WHEEL`, `--vllm-python=PATH` (one you have,
-nothing installed) and, comparing two builds, `--base=SPEC --pr=SPEC [--model=DIR]`. The
-environments: tooling/nox_envs.py and tooling/nox_builds.py; docs/environments.md.
+nothing installed) and `--base=SPEC --pr=SPEC [--model=DIR]`: tooling/nox_{envs,builds}.py, docs/environments.md.
 """
 
 from __future__ import annotations
@@ -47,15 +46,13 @@ def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | Non
 # --- the test command: every session tagged "tests", in parallel lanes ---------------------
 
 
+# --- first: the test command, the unit tier, lint, the wheel --------------------------------
+
+
 @nox.session(python=False)
 def tests(session: nox.Session) -> None:
-    """The test command (`.ci/run`): the sessions tagged `tests` in 2 parallel lanes (tooling/lanes.py).
-
-    `-- --lanes=1` runs them one after another (as `nox -t tests` does); `-- NAME ...` runs those only."""
+    """The test command (.ci/run): the `tests`-tagged sessions in 2 lanes at once (tooling/lanes.py; `-- --lanes=1`)."""
     session.run(sys.executable, "-m", "tooling.lanes", *session.posargs, external=True)
-
-
-# --- first: the unit tier, lint, the wheel -------------------------------------------------
 
 
 @nox.session(python=False, tags=["tests"])
@@ -182,9 +179,7 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
 
 @nox.session(python=False)
 def e2e(session: nox.Session) -> None:
-    """Both e2e gates of two builds: `-- --base=SPEC --pr=SPEC [--model=DIR|trained] [python -m moegate.e2e run options]`.
-
-    SPEC: a release (0.32.0 serves on a CPU), a wheel, or a Python / venv. Writes reports/e2e.md, reports/e2e-run/."""
+    """Both e2e gates of two builds (SPEC: release, wheel or Python): `-- --base=SPEC --pr=SPEC [--model=DIR|trained]`."""
     _e2e(session, "greedy,gsm8k", session.posargs)
 
 
@@ -251,9 +246,7 @@ def ab(session: nox.Session) -> None:
 
 @nox.session(name="kernel-sweep", python=False)
 def kernel_sweep(session: nox.Session) -> None:
-    """The kernel tier over 5,000 generated cases on one CUDA GPU (nightly): `python -m moegate.kernels.sweep`.
-
-    Its options after `--` (`--cases=N`, `--workers=N`, `--seed=N`); writes reports/kernel-sweep.json."""
+    """The kernel tier over 5,000 generated cases on a CUDA GPU, nightly (`python -m moegate.kernels.sweep` options)."""
     py, rest = _vllm(session)
     REPORTS.mkdir(exist_ok=True)
     defaults = ["--cases=5000", "--workers=auto", "--seed=0", "--budget-s=1800"]
@@ -270,11 +263,9 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def power(session: nox.Session) -> None:
-    """Gate power: the dispatch tier's mutation score against vLLM's dispatch code (docs/power.md).
+    """Gate power: the dispatch tier's mutation score on vLLM's dispatch code (docs/power.md); reports/power.{md,json}.
 
-    Fails on a surviving mutant power/equivalent-mutants.toml does not mark equivalent. Writes
-    reports/power.{md,json}. Arguments go to `python -m moegate.power` (`--timeout=S`, `--limit=N`).
-    """
+    Fails on a surviving mutant not marked equivalent; arguments go to `python -m moegate.power`."""
     vllm_py, rest = _vllm(session)
     tool_py = str(envs.shared_env(session, "_power", envs.POWER_DEPS))
     # --noconftest: the tool env has no torch, and these tests need none of the shared fixtures
@@ -300,10 +291,9 @@ def install_dry_run(session: nox.Session) -> None:
 
 @nox.session(name="ci-replay", python=False)
 def ci_replay(session: nox.Session) -> None:
-    """The hosted jobs of gate.yml and moegate.yml through act here (slow); tools/ci_replay/README.md.
+    """The hosted jobs of gate.yml and moegate.yml through act (slow; tools/ci_replay/README.md): results/ci-replay.*.
 
-    Writes results/ci-replay.{md,json}. Arguments go to the replay (`-- --jobs=e2e-smoke`, `-- --help`).
-    """
+    Arguments go to the replay (`-- --jobs=e2e-smoke`, `-- --help`)."""
     py = envs.shared_env(session, "_ci-replay", envs.requirements("replay", project=False))
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
     session.run(str(py), "-m", "tools.ci_replay", *session.posargs, env={"PATH": path}, external=True)
