@@ -7,7 +7,7 @@ benchmark reports is the cost of exactly what the tests assert.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +18,7 @@ from moegate.core.case import MoECase
 from moegate.core.tensors import CaseTensors, torch_dtype
 from moegate.kernels.inputs import WeightBank
 from moegate.kernels.reference import Closeness, Reference, compare, compare_fp8, reference_moe
+from moegate.kernels.systematic import Sample, sample_of
 
 
 @dataclass
@@ -27,6 +28,7 @@ class KernelResult:
     path: str
     output: torch.Tensor
     closeness: Closeness
+    systematic: Sample | None = None  # this call's part in the aggregate check (moegate.kernels.systematic)
 
     def describe(self) -> str:
         return (
@@ -78,6 +80,10 @@ def _untimed(name: str) -> Iterator[None]:
     yield
 
 
+OBSERVERS: list[Callable[[KernelResult], None]] = []
+"""Called with every ``run_checked`` result: the kernel tier's session collects the aggregate check's samples."""
+
+
 def run_checked(
     target: Any, bank: WeightBank, case: MoECase, entrypoint: str, clock: StageClock | None = None
 ) -> KernelResult:
@@ -88,7 +94,10 @@ def run_checked(
     with stage("vllm"):
         obs = target.run_placed(case, entrypoint, t, w1, w2)
     with stage("reference"):
-        return _judged(case, entrypoint, t, obs)
+        result = _judged(case, entrypoint, t, obs)
+    for observe in OBSERVERS:
+        observe(result)
+    return result
 
 
 def _judged(case: MoECase, entrypoint: str, t: CaseTensors, obs: Any) -> KernelResult:
@@ -112,4 +121,5 @@ def _judged(case: MoECase, entrypoint: str, t: CaseTensors, obs: Any) -> KernelR
         )
     else:
         closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant)
-    return KernelResult(case, entrypoint, obs.path, obs.output, closeness)
+    sample = sample_of(case, entrypoint, t, obs.output)
+    return KernelResult(case, entrypoint, obs.path, obs.output, closeness, sample)

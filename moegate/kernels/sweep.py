@@ -17,8 +17,11 @@ cold or warm (``--triton-cache DIR``, else ``TRITON_CACHE_DIR``, else Triton's d
     python -m moegate.kernels.sweep --cases 500 --json out.json
     python -m moegate.kernels.sweep --cases 5000 --workers 8 --triton-cache /tmp/cold --json out.json
 
-Exit 1 when a case fails a check (numerics or path), so a nightly sweep of 5,000
-cases (``nox -s kernel-sweep``) gates on the same checks it times.
+Exit 1 when a case fails a check (numerics or path), or when the aggregate check
+(``moegate.kernels.systematic``: a relative error common to a group's cases, per entrypoint,
+placement and dtype family) detects one; its per-group summary is printed and goes
+into the JSON (``systematic``). So a nightly sweep of 5,000 cases (``nox -s
+kernel-sweep``) gates on the same checks it times.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from moegate.core.case import ENTRYPOINTS, MoECase
 from moegate.core.golden import atomic_write
 from moegate.kernels.resources import auto_workers, cache_entries, triton_cache_dir
 from moegate.kernels.runner import VllmRunner
+from moegate.kernels.systematic import summarise
 from moegate.kernels.tally import Pass, profile_line
 from moegate.kernels.workers import Options, Pool, WorkerFailed
 from moegate.testing.strategies.kernels import kernel_cases
@@ -206,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for f in failures[:10]:
         print("  " + f.replace("\n", "\n  "))
+    aggregate = summarise(tally.samples)
+    print("\n".join(aggregate.lines()))
     print(
         f"{PREFIX}: Triton cache {cache}: {entries_start} entries at start, {entries_end} at the end, "
         f"{entries_end - entries_start} new (about one per compilation); seed {args.seed}"
@@ -230,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             "stats": dict(stats),
             "worst_error_units": worst,
             "failures": failures[:50],
+            "systematic": aggregate.to_json(),
             "profile": profile,
             "workers": args.workers,
             "seed": args.seed,
@@ -256,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = stats["numeric_fail"] + stats["path_mismatch"]
     if failed:
         print(f"{PREFIX}: {failed} of {n} cases failed the kernel tier's checks (listed above)", file=sys.stderr)
-        return 1
-    return 0
+    if aggregate.detected:
+        print(f"{PREFIX}: {aggregate.failure_message()}", file=sys.stderr)
+    return 1 if failed or aggregate.detected else 0
 
 
 if __name__ == "__main__":

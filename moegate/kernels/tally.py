@@ -14,17 +14,19 @@ from moegate.core.spec import expected_path
 from moegate.core.tensors import torch_dtype
 from moegate.kernels.check import KernelResult
 from moegate.kernels.reference import rounding_count
+from moegate.kernels.systematic import Sample
 
 PATH_MISMATCHES_KEPT = 20  # a wrong rule mismatches hundreds of cases; the first ones say it
 
 
 class Tally:
-    """What a pass saw: counts, the worst error per numeric family, the failures."""
+    """What a pass saw: counts, the worst error per numeric family, the failures, the aggregate check's samples."""
 
     def __init__(self) -> None:
         self.stats: Counter[str] = Counter()
         self.worst: dict[str, float] = {}
         self.failures: list[str] = []
+        self.samples: list[Sample] = []  # moegate.kernels.systematic: summarised once the pass is merged
 
     def add(self, case: MoECase, entrypoint: str, r: KernelResult) -> None:
         stats, worst = self.stats, self.worst
@@ -39,6 +41,8 @@ class Tally:
                 key = f"fp8-g{max(case.quant.group_size, 0)} {stage} (err/tol)"
                 worst[key] = max(worst.get(key, 0.0), ratio)
         stats["cases"] += 1
+        if r.systematic is not None:
+            self.samples.append(r.systematic)
         stats[f"path_{r.path}"] += 1
         stats[f"placement_{case.placement.label}"] += 1
         if case.quant is not None:
@@ -59,6 +63,7 @@ class Tally:
         for key, value in other.worst.items():
             self.worst[key] = max(self.worst.get(key, 0.0), value)
         self.failures.extend(other.failures)
+        self.samples.extend(other.samples)
 
 
 @dataclass

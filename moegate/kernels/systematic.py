@@ -1,0 +1,396 @@
+"""The kernel tier's aggregate check: a small relative error common to every output of a run.
+
+The elementwise rule of ``moegate.kernels.reference`` bounds the worst element, so a
+kernel that makes every output 0.2 % too large passes it (bfloat16 allows about
+3 % of ``A + rms A`` per element). Rounding errors of a correct kernel are close
+to unbiased, so such an error shows in a statistic over all elements of a case,
+pooled over the cases of a run. ``docs/kernels-systematic.md`` derives what
+follows and states its false-alarm rate; in short:
+
+- per case: ``b`` = the least-squares slope of ``out - ref`` on ``ref`` over all
+  elements (``out = (1 + eps) ref`` gives ``b = eps``), and ``s``, its standard
+  error under the rounding model (each rounding of the kernel an independent
+  relative error of variance ``u**2 / 3``, propagated to ``b`` through the
+  layer: the first product's and the activation's roundings through the second
+  product, so an output row's shared roundings count once, as they are shared);
+- per group (entrypoint, placement, dtype family): the precision-weighted mean
+  ``beta`` of the cases' ``b`` with weights ``1 / s**2``; the cases are the
+  independent units, their spread about the model a factor ``kappa`` estimated
+  from the run itself, pooled per family (placement set aside, each distinct
+  call once: placement never changes a kernel's output, which the tier asserts);
+- verdict: a group is *detected* when its two-sided Student-t interval at level
+  ``1 - ALPHA / G`` (Bonferroni over the ``G`` groups tested) lies outside
+  ``[-MARGIN, MARGIN]``.
+
+float32 cases are compared with a reference whose products' operands are
+truncated to TF32 as the tensor cores read them (``tf32``): Triton's ``tl.dot``
+hands float32 operands to the MMA unit, which ignores their 13 low mantissa
+bits, a bias of about -0.1 % that a plain float32 reference would report.
+fp8_w8a8 is not checked here (its products accumulate in the tensor cores'
+reduced fp8 accumulator, a rounding this model does not describe).
+
+No vLLM import: the unit tier runs this on a CPU with torch alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from moegate.core.case import MoECase
+from moegate.core.tensors import CaseTensors, torch_dtype
+from moegate.kernels.reference import UNIT_ROUNDOFF, check_ids, dequantize
+
+ALPHA = 1e-3
+"""Family-wise false-alarm rate of one run (a pytest session or one sweep), split over its groups (Bonferroni)."""
+
+MARGIN = 1e-4
+"""Relative bias a correct kernel may carry from roundings the model leaves out (docs/kernels-systematic.md)."""
+
+TF32_DROPPED_BITS = 13
+"""float32 mantissa bits the tensor cores ignore in a TF32 operand (23 stored, 10 kept)."""
+
+
+def family(case: MoECase) -> str | None:
+    """The dtype family a case pools with, or None where the check does not apply (fp8_w8a8)."""
+    if case.quant is None:
+        return case.dtype
+    if case.quant.weight_only:
+        return f"wNa16-{case.dtype}"
+    return None
+
+
+def tf32(x: torch.Tensor) -> torch.Tensor:
+    """float32 values as the tensor cores read a TF32 operand: the 13 low mantissa bits dropped (toward zero)."""
+    bits = x.float().contiguous().view(torch.int32)
+    return (bits & ~((1 << TF32_DROPPED_BITS) - 1)).view(torch.float32)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One kernel call's contribution: its group, its identity, its estimate and the estimate's model error."""
+
+    entrypoint: str
+    placement: str
+    family: str
+    call: str  # the case without its placement, with the entrypoint: equal calls give equal outputs
+    case: str  # the case's JSON (the reproducer)
+    estimate: float  # b: slope of out - ref on ref
+    scale: float  # s: standard error of b under the rounding model
+
+    @property
+    def group(self) -> tuple[str, str, str]:
+        return (self.entrypoint, self.placement, self.family)
+
+
+@dataclass
+class Moments:
+    """What a call's estimate needs from its reference: the reference, its sum of squares, ``s``."""
+
+    ref: torch.Tensor  # [M, K] float32
+    sum_squares: float
+    scale: float  # s
+
+    def estimate(self, output: torch.Tensor) -> float:
+        """b: the least-squares slope of ``output - ref`` on ``ref``."""
+        return float(((output.float() - self.ref) * self.ref).sum()) / self.sum_squares
+
+
+def case_moments(t: CaseTensors, case: MoECase) -> Moments | None:
+    """The call's reference and ``s`` (the module docstring), or None when its reference is all zero or not finite.
+
+    Computed in float32 on the inputs' device, from the same rounded inputs the
+    kernel got; for float32 the products' operands are truncated to TF32 first.
+    """
+    dtype = torch_dtype(case.dtype)
+    u = UNIT_ROUNDOFF[dtype]
+    truncate = case.quant is None and dtype == torch.float32
+    op = tf32 if truncate else (lambda v: v.float())
+    x = op(t.hidden_states)
+    m, k = x.shape
+    ids = check_ids(t.topk_ids, t.w1.shape[0], t.expert_map)
+    weights = t.topk_weights.float()
+    on_input = case.apply_router_weight_on_input
+    experts = torch.unique(ids[ids >= 0]).tolist()
+    ref = torch.zeros((m, k), dtype=torch.float32, device=x.device)
+    kept: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+    kept = []
+    for e in experts:
+        tok, slot = (ids == e).nonzero(as_tuple=True)
+        if case.quant is None:
+            w1e, w2e = t.w1[e].float(), t.w2[e].float()
+        else:
+            assert t.w1_scale is not None and t.w2_scale is not None  # quantized inputs carry their scales
+            w1e = dequantize(t.w1[e : e + 1], t.w1_scale[e : e + 1], case.quant)[0]
+            w2e = dequantize(t.w2[e : e + 1], t.w2_scale[e : e + 1], case.quant)[0]
+        w1e, w2e = op(w1e), op(w2e)
+        n = w1e.shape[0] // 2
+        route = weights[tok, slot].unsqueeze(1)
+        h = x[tok] @ w1e.T
+        if on_input:
+            h = h * route  # the kernel scales the first product's accumulator
+        hg, hu = h[:, :n], h[:, n:]
+        act = F.silu(hg) * hu
+        y = op(act) @ w2e.T
+        if not on_input:
+            y = y * route
+        ref.index_add_(0, tok, y)
+        kept.append((tok, route, hg, hu, act, w2e, y))
+    ss = float((ref * ref).sum())
+    if not math.isfinite(ss) or ss == 0.0:
+        return None
+    # variance of sum(ref * err) under the model, in units of u**2 / 3 (docs/kernels-systematic.md)
+    v = (ref**4).sum()  # the output's rounding
+    for tok, route, hg, hu, act, w2e, y in kept:
+        g = ref[tok] @ w2e  # sensitivity of sum(ref * out) to this pair's activation
+        if not on_input:
+            g = g * route
+        sig = torch.sigmoid(hg)
+        dsilu = sig * (1 + hg * (1 - sig))
+        # the first product's roundings (gate and up) and the activation's, through the second product;
+        # then the rounding of the pair's weighted output
+        v = v + (g * g * (2 * act * act + (dsilu * hg * hu) ** 2)).sum() + (ref[tok] ** 2 * y * y).sum()
+    s = u * math.sqrt(float(v) / 3) / ss
+    return Moments(ref, ss, s) if math.isfinite(s) else None
+
+
+def sample_of(case: MoECase, entrypoint: str, t: CaseTensors, output: torch.Tensor) -> Sample | None:
+    """The call's ``Sample``, or None where the check does not apply (fp8, an all-zero reference, non-finite)."""
+    fam = family(case)
+    if fam is None:
+        return None
+    moments = case_moments(t, case)
+    if moments is None:
+        return None
+    return sample_from(case, entrypoint, fam, moments.estimate(output), moments.scale)
+
+
+def sample_from(case: MoECase, entrypoint: str, fam: str, estimate: float, scale: float) -> Sample | None:
+    """The ``Sample`` of a call whose estimate is known (None when it is not finite)."""
+    if not math.isfinite(estimate):
+        return None
+    d = case.to_dict()
+    d.pop("placement")
+    call = entrypoint + " " + repr(sorted(d.items()))
+    return Sample(entrypoint, case.placement.label, fam, call, case.to_json(), estimate, scale)
+
+
+# --- Student's t, exact for whole degrees of freedom (no scipy in the kernel tier's environment) ---------------
+
+
+def t_two_sided(t: float, df: int) -> float:
+    """P(|T| > t) for Student's t with ``df`` degrees of freedom (Abramowitz and Stegun 26.7.3-4)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    t = abs(t)
+    theta = math.atan(t / math.sqrt(df))
+    c, s = math.cos(theta), math.sin(theta)
+    if df % 2 == 0:
+        term, total = 1.0, 1.0
+        for j in range(1, df // 2):
+            term *= c * c * (2 * j - 1) / (2 * j)
+            total += term
+        inside = s * total
+    else:
+        total = 0.0
+        if df > 1:
+            term = c
+            total = c
+            for j in range(1, (df - 1) // 2):
+                term *= c * c * (2 * j) / (2 * j + 1)
+                total += term
+        inside = (2 / math.pi) * (theta + s * total)
+    return max(0.0, 1.0 - inside)
+
+
+@lru_cache(maxsize=256)
+def t_critical(p: float, df: int) -> float:
+    """The ``t`` with P(|T| > t) = ``p`` (bisection on ``t_two_sided``)."""
+    if not 0 < p < 1:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    lo, hi = 0.0, 1.0
+    while t_two_sided(hi, df) > p:
+        lo, hi = hi, hi * 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if t_two_sided(mid, df) > p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return hi
+
+
+# --- pooling ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GroupResult:
+    entrypoint: str
+    placement: str
+    family: str
+    cases: int
+    estimate: float  # beta
+    stderr: float  # kappa * (sum of weights) ** -1/2
+    low: float  # the interval at the Bonferroni level
+    high: float
+    detected: bool
+    worst: Sample  # the case furthest in the estimate's direction, in units of its own error
+
+    def line(self) -> str:
+        verdict = "DETECTED" if self.detected else "ok"
+        return (
+            f"{self.entrypoint} {self.placement} {self.family}: {self.cases} cases, relative bias "
+            f"{self.estimate:+.4%} (interval [{self.low:+.4%}, {self.high:+.4%}]) {verdict}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "entrypoint": self.entrypoint,
+            "placement": self.placement,
+            "family": self.family,
+            "cases": self.cases,
+            "estimate": self.estimate,
+            "stderr": self.stderr,
+            "interval": [self.low, self.high],
+            "detected": self.detected,
+            "worst_case": {"case": self.worst.case, "estimate": self.worst.estimate, "stderr": self.worst.scale},
+        }
+
+
+@dataclass
+class FamilySpread:
+    kappa: float  # the cases' spread about the model, pooled
+    df: int
+    calls: int  # distinct calls (placement set aside)
+
+
+@dataclass
+class Summary:
+    alpha: float
+    margin: float
+    groups: list[GroupResult]
+    families: dict[str, FamilySpread]
+    untested: dict[str, int] = field(default_factory=dict)  # family -> samples, where df < 1
+    samples: int = 0
+
+    @property
+    def level(self) -> float:
+        """Two-sided level of each group's interval: 1 - alpha / G."""
+        return 1 - self.alpha / max(1, len(self.groups))
+
+    @property
+    def detected(self) -> list[GroupResult]:
+        return [g for g in self.groups if g.detected]
+
+    def lines(self) -> list[str]:
+        head = (
+            f"systematic error: {len(self.groups)} groups of {self.samples} cases, intervals at "
+            f"{self.level:.6%} (family-wise {self.alpha:g}), margin +-{self.margin:.4%}"
+        )
+        out = [head]
+        for name, f in sorted(self.families.items()):
+            out.append(f"  {name}: spread {f.kappa:.3g} of the rounding model, {f.calls} distinct calls, df {f.df}")
+        for name, n in sorted(self.untested.items()):
+            out.append(f"  {name}: {n} cases, too few distinct calls to estimate their spread: not tested")
+        out += ["  " + g.line() for g in self.groups]
+        return out
+
+    def failure_message(self) -> str:
+        """What a reviewer needs: each detected group, its estimate and interval, its cases, its worst case."""
+        head = (
+            f"a systematic relative error common to the cases of {len(self.detected)} group(s) "
+            f"(interval at {self.level:.6%} outside +-{self.margin:.4%}; moegate.kernels.systematic, "
+            "docs/kernels-systematic.md):"
+        )
+        parts = [head]
+        for g in self.detected:
+            parts.append(
+                f"- {g.line()}\n  worst case ({g.worst.entrypoint}, its own bias {g.worst.estimate:+.4%} "
+                f"+- {g.worst.scale:.2g}): reproduce: MoECase.from_json('{g.worst.case}')"
+            )
+        return "\n".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha,
+            "margin": self.margin,
+            "level": self.level,
+            "samples": self.samples,
+            "detected": len(self.detected),
+            "families": {k: vars(v) for k, v in sorted(self.families.items())},
+            "untested": self.untested,
+            "groups": [g.to_json() for g in self.groups],
+        }
+
+
+def _weighted(samples: Sequence[Sample]) -> tuple[float, float]:
+    """(weighted mean of the estimates, sum of weights), weights 1 / s**2 (a zero s counts as the tiniest)."""
+    w = [1.0 / max(x.scale, 1e-300) ** 2 for x in samples]
+    total = sum(w)
+    return sum(wi * x.estimate for wi, x in zip(w, samples, strict=True)) / total, total
+
+
+def summarise(samples: Iterable[Sample], alpha: float = ALPHA, margin: float = MARGIN) -> Summary:
+    """Each group's estimate, interval and verdict from a run's samples (the module docstring's rule)."""
+    if not 0 < alpha < 1 or margin < 0:
+        raise ValueError(f"alpha must be in (0, 1) and margin non-negative; got {alpha}, {margin}")
+    samples = list(samples)
+    groups: dict[tuple[str, str, str], dict[str, Sample]] = {}
+    calls: dict[tuple[str, str], dict[str, Sample]] = {}
+    for x in samples:
+        groups.setdefault(x.group, {}).setdefault(x.case + x.entrypoint, x)  # the same call twice counts once
+        calls.setdefault((x.entrypoint, x.family), {}).setdefault(x.call, x)
+    # the spread: residuals about each (entrypoint, family) mean, each distinct call once, pooled per family
+    rss: dict[str, float] = {}
+    dfs: dict[str, int] = {}
+    ncalls: dict[str, int] = {}
+    for (_, fam), members in calls.items():
+        xs = list(members.values())
+        mean, _ = _weighted(xs)
+        rss[fam] = rss.get(fam, 0.0) + sum((x.estimate - mean) ** 2 / max(x.scale, 1e-300) ** 2 for x in xs)
+        dfs[fam] = dfs.get(fam, 0) + len(xs) - 1
+        ncalls[fam] = ncalls.get(fam, 0) + len(xs)
+    spreads = {f: FamilySpread(math.sqrt(rss[f] / dfs[f]), dfs[f], ncalls[f]) for f in dfs if dfs[f] >= 1}
+    untested = {f: sum(len(m) for (_, g), m in calls.items() if g == f) for f in dfs if dfs[f] < 1}
+    tested = sorted(k for k in groups if k[2] in spreads)
+    crit: dict[str, float] = {}
+    out = []
+    for key in tested:
+        xs = list(groups[key].values())
+        spread = spreads[key[2]]
+        if key[2] not in crit:
+            crit[key[2]] = t_critical(alpha / len(tested), spread.df)
+        beta, total = _weighted(xs)
+        se = spread.kappa / math.sqrt(total)
+        half = crit[key[2]] * se
+        low, high = beta - half, beta + half
+        sign = 1.0 if beta >= 0 else -1.0
+        worst = max(xs, key=lambda x: sign * x.estimate / max(x.scale, 1e-300))
+        out.append(GroupResult(*key, len(xs), beta, se, low, high, low > margin or high < -margin, worst))
+    return Summary(alpha, margin, out, spreads, untested, len(samples))
+
+
+class Collector:
+    """Samples gathered over a session (the kernel tier's conftest registers ``add`` with ``moegate.kernels.check``)."""
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+        self.calls = 0
+
+    def add(self, result: Any) -> None:
+        """Keep a ``KernelResult``'s sample, if it has one."""
+        self.calls += 1
+        s = getattr(result, "systematic", None)
+        if s is not None:
+            self.samples.append(s)
+
+    def summary(self, alpha: float = ALPHA, margin: float = MARGIN) -> Summary:
+        return summarise(self.samples, alpha, margin)

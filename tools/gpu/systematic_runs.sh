@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The aggregate check's H200 runs (results/kernels-systematic.md), from the project root on the device,
+# after the three vLLM 0.33.0 bundle installs into $HOME/vllm-site. Each step writes its log and JSON to $OUT.
+#   probe                 tools/probes/tf32_operands.py: how tl.dot reads float32 operands
+#   sweep NAME [ARGS]     moegate.kernels.sweep, 5,000 cases from seed 0, 8 workers (ARGS replace the defaults)
+#   tier NAME             the kernel tier under the ci profile (pytest tests/kernels), junit and log
+#   plant                 a copy of vLLM at $HOME/vllm-plant whose moe_sum scales by 1 + $MOEGATE_PLANT_EPS
+#   planted-tier EPS      the kernel tier (ci) on the planted copy
+#   planted-sweep EPS N   moegate.kernels.sweep, N cases from seed 0, on the planted copy
+set -uo pipefail
+: "${OUT:?}"
+export VLLM_USE_FLASHINFER_SAMPLER=0 TRITON_CACHE_DIR=$HOME/triton-agg MOEGATE_PROFILE=ci
+site=$HOME/vllm-site
+plant=$HOME/vllm-plant
+step=$1
+shift
+case $step in
+probe)
+    PYTHONPATH=$site:. python3 tools/probes/tf32_operands.py --json "$OUT/tf32.json" 2>&1 | tee "$OUT/tf32.log" ;;
+sweep)
+    n=$1; shift
+    args=("$@"); [ ${#args[@]} -eq 0 ] && args=(--cases 5000 --workers 8 --budget-s 400)
+    PYTHONPATH=$site:. timeout 540 python3 -m moegate.kernels.sweep "${args[@]}" --json "$OUT/$n.json" >"$OUT/$n.log" 2>&1
+    echo "$n: exit $?"; grep -E "^(bench_kernels|worst|systematic|  )" "$OUT/$n.log" | head -70 ;;
+tier)
+    n=$1
+    PYTHONPATH=$site:. timeout 500 python3 -m pytest tests/kernels -q -rfEs -s --junitxml="$OUT/$n.xml" >"$OUT/$n.log" 2>&1
+    echo "$n: exit $?"; grep -E "systematic|DETECTED|passed|failed|skipped|error" "$OUT/$n.log" | tail -40 ;;
+plant)
+    python3 tools/gpu/plant_moe_scale.py --site "$site" --dest "$plant" ;;
+planted-tier)
+    eps=$1
+    MOEGATE_PLANT_EPS=$eps PYTHONPATH=$plant:$site:. timeout 400 python3 -m pytest tests/kernels -q -rfEs -s \
+        --junitxml="$OUT/planted-tier-$eps.xml" >"$OUT/planted-tier-$eps.log" 2>&1
+    echo "planted-tier $eps: exit $?"; grep -E "systematic|DETECTED|passed|failed|skipped|error" "$OUT/planted-tier-$eps.log" | tail -60 ;;
+planted-sweep)
+    eps=$1 n=$2
+    MOEGATE_PLANT_EPS=$eps PYTHONPATH=$plant:$site:. timeout 300 python3 -m moegate.kernels.sweep --cases "$n" --workers 8 \
+        --budget-s 200 --json "$OUT/planted-sweep-$eps.json" >"$OUT/planted-sweep-$eps.log" 2>&1
+    echo "planted-sweep $eps: exit $?"; grep -E "^(systematic|  )" "$OUT/planted-sweep-$eps.log" | head -50 ;;
+*)
+    echo "systematic_runs.sh: unknown step $step" >&2; exit 2 ;;
+esac
