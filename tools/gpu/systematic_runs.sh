@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The aggregate check's H200 runs (results/kernels-systematic.md), from the project root on the device,
-# after the three vLLM 0.33.0 bundle installs into $HOME/vllm-site. Each step writes its log and JSON to $OUT.
+# after the three vLLM 0.33.0 bundle installs into $HOME/agg-vllm-site (own names: other sessions share the machine). Each step writes its log and JSON to $OUT.
 #   probe                 tools/probes/tf32_operands.py: how tl.dot reads float32 operands
 #   sweep NAME [ARGS]     moegate.kernels.sweep, 5,000 cases from seed 0, 8 workers (ARGS replace the defaults)
 #   tier NAME             the kernel tier under the ci profile (pytest tests/kernels), junit and log
@@ -10,8 +10,8 @@
 set -uo pipefail
 : "${OUT:?}"
 export VLLM_USE_FLASHINFER_SAMPLER=0 TRITON_CACHE_DIR=$HOME/triton-agg MOEGATE_PROFILE=ci
-site=$HOME/vllm-site
-plant=$HOME/vllm-plant
+site=${AGG_SITE:-$HOME/agg-vllm-site}
+plant=$HOME/agg-vllm-plant
 step=$1
 shift
 case $step in
