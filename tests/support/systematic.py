@@ -5,8 +5,11 @@ round: the first product's output, the activation's and each expert's weighted
 output to the compute dtype, the sum over the top-k experts once at the end; the
 products accumulate in float32, in K blocks of ``BLOCK_K`` (a kernel's order, not
 the reference's). float32 calls read the products' operands as TF32 (13 low
-mantissa bits dropped), as the tensor cores do. ``scale`` multiplies the result
-before its last rounding: a planted systematic relative error of ``scale - 1``.
+mantissa bits dropped), as the tensor cores do. ``scale`` multiplies each expert's
+output in float32, before it is rounded (as a router weight 1 + eps too large
+would): a planted systematic relative error of ``scale - 1``. (Scaling the rounded
+output instead is no such error in bfloat16: 1.002 times a bfloat16 value rounds
+back to that value unless its mantissa is above 1.95.)
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ def kernel_output(case: MoECase, t: CaseTensors, scale: float = 1.0, operands_tf
     ``operands_tf32=False`` gives float32 calls full float32 products (what a
     kernel with IEEE float32 dots computes).
     """
-    return (kernel_sum(case, t, operands_tf32) * scale).to(torch_dtype(case.dtype))
+    return kernel_sum(case, t, operands_tf32, scale).to(torch_dtype(case.dtype))
 
 
-def kernel_sum(case: MoECase, t: CaseTensors, operands_tf32: bool = True) -> torch.Tensor:
+def kernel_sum(case: MoECase, t: CaseTensors, operands_tf32: bool = True, scale: float = 1.0) -> torch.Tensor:
     """``kernel_output`` before its last rounding: the float32 sum of the rounded expert outputs."""
     dtype = torch_dtype(case.dtype)
     fp32 = dtype == torch.float32
@@ -69,5 +72,5 @@ def kernel_sum(case: MoECase, t: CaseTensors, operands_tf32: bool = True) -> tor
         y = _blocked(op(act), op(w2e))
         if not case.apply_router_weight_on_input:
             y = y * route
-        parts[tok, slot] = y.to(dtype)
+        parts[tok, slot] = (y * scale).to(dtype)
     return parts.float().sum(dim=1)

@@ -94,12 +94,9 @@ def pools() -> dict[str, Pool]:
             t, _, _ = bank.inputs(case)
             moments = case_moments(t, case)
             assert moments is not None
-            total = kernel_sum(case, t)
             outputs = [(1.0, pool.clean), (1 + PLANTED, pool.up), (1 - PLANTED, pool.down)]
             for scale, kept in outputs:
-                s = sample_from(
-                    case, entrypoint, dtype, moments.estimate((total * scale).to(t.w1.dtype)), moments.scale
-                )
+                s = sample_from(case, entrypoint, dtype, moments.estimate(kernel_output(case, t, scale)), moments.scale)
                 assert s is not None
                 kept.append(s)
             if dtype == "float32":

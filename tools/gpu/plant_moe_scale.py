@@ -1,18 +1,23 @@
 """A planted bug for the aggregate check: a copy of vLLM whose fused-MoE output is (1 + eps) times too large.
 
 Copies the ``vllm`` package found under ``--site`` to ``--dest`` (the installed
-files are not touched) and, in the copy only, makes ``vllm._custom_ops.moe_sum``
-(the top-k sum every Triton fused-MoE path ends with: ``fused_experts_impl`` at
-the legacy entrypoint, ``TritonExperts`` and ``TritonWNA16Experts`` at the
-modular one, naive and sorted, device and host-resident weights alike) multiply
-its output by ``1 + eps``, with ``eps`` read from ``$MOEGATE_PLANT_EPS`` at each
-call (0 when unset). Run with ``PYTHONPATH=DEST:SITE`` so the copy shadows the
-installed package and the rest of the site still resolves.
+files are not touched) and, in the copy only, wraps both entrypoints the kernel
+tier drives, ``fused_experts`` (legacy) and ``TritonExperts.apply`` /
+``TritonWNA16Experts.apply`` (modular), so that they multiply the router weights
+by ``1 + eps`` (``eps`` read from ``$MOEGATE_PLANT_EPS`` at each call, 0 when
+unset) wherever the weights scale the second product: the float32 accumulator of
+every expert's output is then ``1 + eps`` too large before its rounding, on every
+path and placement (a renormalisation that drifts). Calls with the router weight
+on the input (top-1; the weight goes through the activation) are left as they are.
+Scaling the rounded output instead would be no such error in bfloat16: 1.002
+times a bfloat16 value rounds back to it unless its mantissa is above 1.95.
 
-    python3 tools/gpu/plant_moe_scale.py --site $HOME/vllm-site --dest $HOME/vllm-plant
-    MOEGATE_PLANT_EPS=0.002 PYTHONPATH=$HOME/vllm-plant:$HOME/vllm-site:. python3 -m pytest tests/kernels
+Run with ``PYTHONPATH=DEST:SITE`` so the copy shadows the installed package:
 
-Exit 2 with one line when the site has no vLLM or the function is not where it
+    python3 tools/gpu/plant_moe_scale.py --site $HOME/agg-vllm-site --dest $HOME/agg-vllm-plant
+    MOEGATE_PLANT_EPS=0.002 PYTHONPATH=$HOME/agg-vllm-plant:$HOME/agg-vllm-site:. python3 -m pytest tests/kernels
+
+Exit 2 with one line when the site has no vLLM or a wrapped name is not where it
 is expected (the patch is checked, not assumed).
 """
 
@@ -23,11 +28,41 @@ import shutil
 import sys
 from pathlib import Path
 
-TARGET = "    torch.ops._moe_C.moe_sum(input, output, topk_ids, expert_map)\n"
-PLANT = TARGET + (
-    "    import os as _moegate_os  # planted by moegate's tools/gpu/plant_moe_scale.py\n"
-    "    output.mul_(1.0 + float(_moegate_os.environ.get('MOEGATE_PLANT_EPS', '0')))\n"
-)
+WRAPPER = """
+
+# --- planted by moegate's tools/gpu/plant_moe_scale.py: router weights (1 + $MOEGATE_PLANT_EPS) ---
+import inspect as _moegate_inspect
+import os as _moegate_os
+
+
+def _moegate_plant(fn):
+    sig = _moegate_inspect.signature(fn)
+
+    def planted(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        eps = float(_moegate_os.environ.get("MOEGATE_PLANT_EPS", "0"))
+        if eps and not bound.arguments.get("apply_router_weight_on_input", False):
+            bound.arguments["topk_weights"] = bound.arguments["topk_weights"] * (1.0 + eps)
+        return fn(*bound.args, **bound.kwargs)
+
+    planted.__wrapped__ = fn
+    return planted
+
+
+"""
+PLANTS = {
+    "model_executor/layers/fused_moe/fused_moe.py": (
+        "def fused_experts(",
+        ["fused_experts = _moegate_plant(fused_experts)"],
+    ),
+    "model_executor/layers/fused_moe/experts/triton_moe.py": (
+        "class TritonWNA16Experts(",
+        [
+            "TritonExperts.apply = _moegate_plant(TritonExperts.apply)",
+            "TritonWNA16Experts.apply = _moegate_plant(TritonWNA16Experts.apply)",
+        ],
+    ),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,20 +71,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dest", required=True, type=Path)
     args = ap.parse_args(argv)
     src = args.site / "vllm"
-    ops = src / "_custom_ops.py"
-    if not ops.is_file():
-        print(f"plant_moe_scale: no vLLM package at {src}", file=sys.stderr)
-        return 2
-    text = ops.read_text()
-    if text.count(TARGET) != 1:
-        print(f"plant_moe_scale: {ops} does not call _moe_C.moe_sum once as expected; nothing planted", file=sys.stderr)
-        return 2
+    for rel, (marker, _) in PLANTS.items():
+        path = src / rel
+        if not path.is_file() or marker not in path.read_text():
+            print(f"plant_moe_scale: {path} is missing or lacks {marker!r}; nothing planted", file=sys.stderr)
+            return 2
     if args.dest.exists():
         shutil.rmtree(args.dest)
     args.dest.mkdir(parents=True)
     shutil.copytree(src, args.dest / "vllm", symlinks=True)
-    (args.dest / "vllm" / "_custom_ops.py").write_text(text.replace(TARGET, PLANT))
-    print(f"plant_moe_scale: {args.dest / 'vllm'} scales moe_sum's output by 1 + $MOEGATE_PLANT_EPS")
+    for rel, (_, lines) in PLANTS.items():
+        path = args.dest / "vllm" / rel
+        path.write_text(path.read_text() + WRAPPER + "\n".join(lines) + "\n")
+    print(f"plant_moe_scale: {args.dest / 'vllm'}: router weights scaled by 1 + $MOEGATE_PLANT_EPS at both entrypoints")
     return 0
 
 
