@@ -604,7 +604,7 @@ def _record(data: dict[str, Any], out: str, results: dict[str, dict[str, Any]], 
 
 
 def from_log(args: argparse.Namespace, workflows: dict[str, dict[str, Any]]) -> int:
-    """Record a run that was cut short (act's log is written as it goes); its unfinished jobs say so."""
+    """Record a run that was cut short from its act log (written as it goes): the jobs it started."""
     log = Path(args.from_log)
     if not args.revision:
         raise ReplayError("--from-log needs --revision=REV (the revision that run replayed)")
@@ -615,11 +615,11 @@ def from_log(args: argparse.Namespace, workflows: dict[str, dict[str, Any]]) -> 
     reader = LogReader(_job_ids(workflows))
     for line in log.read_text().splitlines():
         reader.feed(line)
-    results = reader.results(run, None)
-    for job, rec in results.items():
+    # a job the stopped run never started keeps the row of the run that last replayed it
+    results = {job: rec for job, rec in reader.results(run, None).items() if job in reader.jobs}
+    for rec in results.values():
         if rec["outcome"] == "not run":
-            started = job in reader.jobs
-            rec["outcome"] = "stopped while running" if started else "not run: the replay was stopped before it"
+            rec["outcome"] = "stopped while running (the replay was stopped)"
     data = _results(args.out, order=replayed())
     data["commands"].append(f"nox -s ci-replay -- --from-log={log.name} --revision={args.revision}  # from the act log")
     return 0 if _record(data, args.out, results, args.revision) else 1
