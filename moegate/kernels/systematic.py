@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import torch
@@ -48,6 +47,7 @@ import torch.nn.functional as F
 from moegate.core.case import MoECase
 from moegate.core.tensors import CaseTensors, torch_dtype
 from moegate.kernels.reference import UNIT_ROUNDOFF, check_ids, dequantize
+from moegate.kernels.student_t import t_critical
 
 ALPHA = 1e-3
 """Family-wise false-alarm rate of one run (a pytest session or one sweep), split over its groups (Bonferroni)."""
@@ -191,53 +191,6 @@ def sample_from(case: MoECase, entrypoint: str, fam: str, estimate: float, scale
     d.pop("placement")
     call = entrypoint + " " + repr(sorted(d.items()))
     return Sample(entrypoint, case.placement.label, fam, call, case.to_json(), estimate, scale)
-
-
-# --- Student's t, exact for whole degrees of freedom (no scipy in the kernel tier's environment) ---------------
-
-
-def t_two_sided(t: float, df: int) -> float:
-    """P(|T| > t) for Student's t with ``df`` degrees of freedom (Abramowitz and Stegun 26.7.3-4)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
-    t = abs(t)
-    theta = math.atan(t / math.sqrt(df))
-    c, s = math.cos(theta), math.sin(theta)
-    if df % 2 == 0:
-        term, total = 1.0, 1.0
-        for j in range(1, df // 2):
-            term *= c * c * (2 * j - 1) / (2 * j)
-            total += term
-        inside = s * total
-    else:
-        total = 0.0
-        if df > 1:
-            term = c
-            total = c
-            for j in range(1, (df - 1) // 2):
-                term *= c * c * (2 * j) / (2 * j + 1)
-                total += term
-        inside = (2 / math.pi) * (theta + s * total)
-    return max(0.0, 1.0 - inside)
-
-
-@lru_cache(maxsize=256)
-def t_critical(p: float, df: int) -> float:
-    """The ``t`` with P(|T| > t) = ``p`` (bisection on ``t_two_sided``)."""
-    if not 0 < p < 1:
-        raise ValueError(f"p must be in (0, 1), got {p}")
-    lo, hi = 0.0, 1.0
-    while t_two_sided(hi, df) > p:
-        lo, hi = hi, hi * 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if t_two_sided(mid, df) > p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return hi
 
 
 # --- pooling ------------------------------------------------------------------------------------------------

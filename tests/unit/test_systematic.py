@@ -22,6 +22,7 @@ from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Routing
 from moegate.kernels.check import OBSERVERS, KernelResult, run_checked
 from moegate.kernels.inputs import WeightBank
 from moegate.kernels.reference import Closeness
+from moegate.kernels.student_t import t_critical, t_two_sided
 from moegate.kernels.systematic import (
     ALPHA,
     Collector,
@@ -29,8 +30,6 @@ from moegate.kernels.systematic import (
     case_moments,
     sample_from,
     summarise,
-    t_critical,
-    t_two_sided,
     tf32,
 )
 from moegate.kernels.tally import Tally
