@@ -171,7 +171,7 @@ def golden_key(gate: str, run: BuildRun, opts: Options, in_flight: int | None) -
         flags=tuple(a for a in flags if a),
         size=f"p{len(run.greedy[in_flight or 1])}-t{opts.max_tokens}"
         if gate == "greedy"
-        else f"n{opts.gsm8k_limit}-{opts.gsm8k_task}-c{opts.gsm8k_in_flight}",
+        else f"n{len(run.gsm8k.records)}-{opts.gsm8k_task}-c{opts.gsm8k_in_flight}",  # grown runs: their own size
         in_flight=in_flight,
     )
 
@@ -290,9 +290,16 @@ def read_raw(out: Path, label: str) -> BuildRun:
     run.repeat = {int(k): [greedy.Completion.from_record(c) for c in v] for k, v in raw.get("repeat", {}).items()}
     from moegate.e2e import gsm8k
 
+    # a run GSM8K's size rule grew (moegate/e2e/pair.py) left gsm8k-LABEL-nN folders: the largest N is what it judged
+    grown = sorted(
+        (int(p.name.rsplit("-n", 1)[1]), p.name)
+        for p in out.glob(f"gsm8k-{label}-n*")
+        if p.name.rsplit("-n", 1)[1].isdigit()
+    )
+    stem = grown[-1][1] if grown else f"gsm8k-{label}"
     for attr, folder in (
-        ("gsm8k", out / f"gsm8k-{label}" / "lm_eval"),
-        ("gsm8k_repeat", out / f"gsm8k-{label}-repeat" / "lm_eval"),
+        ("gsm8k", out / stem / "lm_eval"),
+        ("gsm8k_repeat", out / f"{stem}-repeat" / "lm_eval"),
     ):
         if folder.is_dir():
             setattr(run, attr, gsm8k.read_run(folder))
