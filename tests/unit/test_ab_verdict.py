@@ -8,9 +8,10 @@ not assumed, and checked as preconditions.
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from moegate.ab.verdict import (
@@ -217,7 +218,15 @@ def test_swapping_builds_mirrors_the_verdict(data):
             assert b.ci[1] == pytest.approx(1 / a.ci[0], rel=1e-9)
 
 
+def _spread_is_rounding(xs: tuple[float, ...]) -> bool:
+    """Every sample's log within 64 ulps of the build's mean log: a spread floating point made, not the data."""
+    logs = [math.log(x) for x in xs]
+    mean = math.fsum(logs) / len(logs)
+    return max(abs(v - mean) for v in logs) <= 64 * sys.float_info.epsilon * max(1.0, abs(mean))
+
+
 @given(levels, st.integers(min_value=-10, max_value=10))
+@example({1: ([1.0, 1.0], [1.0, 1.0000000000000002])}, 2)
 def test_scaling_all_samples_leaves_the_verdict_unchanged(data, power):
     """Scale both builds by 2**power: the ratio and p are unchanged up to rounding.
 
@@ -234,9 +243,12 @@ def test_scaling_all_samples_leaves_the_verdict_unchanged(data, power):
         a, b = v.level(c), s.level(c)
         if a.ratio is not None:
             assert b.ratio == pytest.approx(a.ratio, rel=1e-9)
-        if a.p is not None and b.p is not None:
+        # samples within a few ulps of their build's mean: Welch's p is rounding noise there (found by
+        # Hypothesis: base [1, 1], PR [1, 1 + 2**-52] gives p 0.5, scaled by 4 p 0.39), nothing to compare
+        rounding = all(_spread_is_rounding(xs) for xs in (a.base, a.pr))
+        if a.p is not None and b.p is not None and not rounding:
             assert b.p == pytest.approx(a.p, rel=1e-6, abs=1e-12)
-        near = a.p_holm is not None and abs(a.p_holm - 0.05) < 1e-6
+        near = rounding or (a.p_holm is not None and abs(a.p_holm - 0.05) < 1e-6)
         near |= a.ratio is not None and abs(abs(math.log(a.ratio)) - math.log1p(0.02)) < 1e-9
         near |= (a.verdict == NO_VERDICT) != (b.verdict == NO_VERDICT) and "zero spread" in a.reason + b.reason
         if not near:
