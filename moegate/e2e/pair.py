@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core import progress
-from moegate.e2e import greedy, scored, stats
+from moegate.e2e import greedy, scored, scored_verdicts, stats
 from moegate.e2e import run as e2e
 from moegate.e2e.prompts import Prompt
 from moegate.e2e.verdict import GateResult
@@ -175,8 +175,8 @@ def compare(
         return [
             GateResult("scored", False, "no scores: the scoring phase did not run (use --strict for byte identity)")
         ]
-    tie = scored.tie_bound(data)
-    results: list[GateResult] = [scored.scored_result(data, detect=opts.score_detect)]
+    tie = scored_verdicts.tie_bound(data)
+    results: list[GateResult] = [scored_verdicts.scored_result(data, detect=opts.score_detect)]
     if "greedy" in opts.gates:
         for c in opts.in_flight:
             pairs = [(f"greedy, {r.build.label} twice, {c} in flight", "first", r.greedy[c], "second", r.repeat[c])
@@ -184,7 +184,7 @@ def compare(
             pairs.append((f"greedy, {c} in flight", base.build.label, base.greedy[c], pr.build.label, pr.greedy[c]))
             for gate, la, a, lb, b in pairs:
                 res = greedy.compare(la, a, lb, b, gate=gate, decode=decode)
-                results.append(scored.classify_greedy(res, la, lb, len(a), tie))
+                results.append(scored_verdicts.classify_greedy(res, la, lb, len(a), tie))
             for r in (base, pr):
                 results.append(e2e.check_golden("greedy", r, opts, c, decode))
     if "gsm8k" in opts.gates:
@@ -192,7 +192,7 @@ def compare(
         for lab, r1, r2 in repeats:
             results.append(_noise_row(lab, r1, r2))
         results.append(
-            scored.gsm8k_result(
+            scored_verdicts.gsm8k_result(
                 (base.build.label, pr.build.label), base.gsm8k, pr.gsm8k, repeats, data.gsm8k_divergences, tie,
                 detect=opts.gsm8k_detect, cap=_gsm8k_cap(opts),
             )

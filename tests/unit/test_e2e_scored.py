@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from moegate.e2e import scored, stats
+from moegate.e2e import scored, scored_verdicts, stats
 from moegate.e2e.scoring import Composition, Scored, ScoringError, TokenSeq, parse_prompt_logprobs
 from moegate.e2e.verdict import GateResult
 
@@ -82,9 +82,9 @@ def test_score_data_survives_its_json():
 
 
 def test_the_scored_gate_passes_identical_scorings_and_fails_a_shift_with_evidence():
-    ok = scored.scored_result(_data())
+    ok = scored_verdicts.scored_result(_data())
     assert ok.passed and ok.summary.startswith("PASS")
-    bad = scored.scored_result(_data(-0.002))
+    bad = scored_verdicts.scored_result(_data(-0.002))
     assert not bad.passed and "systematic shift" in bad.summary
     assert "worst token" in bad.details_markdown and "| mean shift pr - base" in bad.details_markdown
 
@@ -95,12 +95,16 @@ def _greedy_diff(a_top, b_top) -> GateResult:
 
 
 def test_a_near_tie_divergence_passes_the_greedy_gate_and_is_counted_as_explained():
-    res = scored.classify_greedy(_greedy_diff([(7, -1.0), (9, -1.01)], [(9, -1.0), (7, -1.02)]), "base", "pr", 4, 0.05)
+    res = scored_verdicts.classify_greedy(
+        _greedy_diff([(7, -1.0), (9, -1.01)], [(9, -1.0), (7, -1.02)]), "base", "pr", 4, 0.05
+    )
     assert res.passed and res.summary.startswith("3 identical, 1 explained (near tie), 0 unexplained of 4")
 
 
 def test_a_wide_margin_divergence_fails_the_greedy_gate_as_unexplained():
-    res = scored.classify_greedy(_greedy_diff([(7, -0.1), (9, -3.0)], [(9, -0.1), (7, -3.0)]), "base", "pr", 4, 0.05)
+    res = scored_verdicts.classify_greedy(
+        _greedy_diff([(7, -0.1), (9, -3.0)], [(9, -0.1), (7, -3.0)]), "base", "pr", 4, 0.05
+    )
     assert not res.passed and "1 unexplained" in res.summary and "p1@3" in res.summary
 
 
@@ -114,10 +118,10 @@ class _Run:
 
 def test_gsm8k_passes_equal_scores_and_fails_a_one_way_drop_listing_the_doc_ids():
     a = _Run([1] * 12 + [0] * 8)
-    same = scored.gsm8k_result(("base", "pr"), a, a, [("base", a, a)], [], 0.0, detect=1.0, cap=80)
+    same = scored_verdicts.gsm8k_result(("base", "pr"), a, a, [("base", a, a)], [], 0.0, detect=1.0, cap=80)
     assert same.passed
     b = _Run([0] * 10 + [1] * 2 + [0] * 8)
-    drop = scored.gsm8k_result(("base", "pr"), a, b, [("base", a, a)], [], 0.0, detect=1.0, cap=80)
+    drop = scored_verdicts.gsm8k_result(("base", "pr"), a, b, [("base", a, a)], [], 0.0, detect=1.0, cap=80)
     assert not drop.passed and "discordant doc ids 0, 1, 2" in drop.summary
     assert "exact_match differs" in drop.summary
 
@@ -126,13 +130,13 @@ def test_gsm8k_fails_an_unexplained_response_divergence_even_at_equal_scores():
     a = _Run([1, 0])
     div = {"doc_id": 1, "position": 4, "tokens": {"base": 7, "pr": 9},
            "top": {"base": [[7, -0.1], [9, -4.0]], "pr": [[9, -0.1], [7, -4.0]]}}  # fmt: skip
-    res = scored.gsm8k_result(("base", "pr"), a, a, [], [div], 0.05, detect=1.0, cap=8)
+    res = scored_verdicts.gsm8k_result(("base", "pr"), a, a, [], [div], 0.05, detect=1.0, cap=8)
     assert not res.passed and "1 of 1 differing responses unexplained (doc ids 1)" in res.summary
     near = {**div, "top": {"base": [[7, -0.10], [9, -0.11]], "pr": [[9, -0.10], [7, -0.12]]}}
-    assert scored.gsm8k_result(("base", "pr"), a, a, [], [near], 0.05, detect=1.0, cap=8).passed
+    assert scored_verdicts.gsm8k_result(("base", "pr"), a, a, [], [near], 0.05, detect=1.0, cap=8).passed
 
 
 def test_the_tie_bound_is_twice_the_runs_largest_same_build_change():
     data = _data()
     data.scores["base"][1]["s3"].logprobs[5] += 0.2
-    assert scored.tie_bound(data) == pytest.approx(2 * 0.2) == stats.tie_bound(0.2)
+    assert scored_verdicts.tie_bound(data) == pytest.approx(2 * 0.2) == stats.tie_bound(0.2)
