@@ -112,6 +112,8 @@ def load_times(path: Path) -> dict[str, float]:
 
 def _run_lane(index: int, names: list[str], outcomes: list[Outcome], lock: threading.Lock) -> None:
     for name in names:
+        with lock:
+            print(f"lane {index + 1}: {name} started", flush=True)
         t0 = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "nox", "-s", name, "--no-color"],
