@@ -2,7 +2,7 @@
 
 Every environment's install list is an extra in pyproject.toml, the one source
 (``requirements()`` reads them; a version named here is derived from there). The vLLM
-environments are big (vLLM 0.33.0 with its CUDA torch is 9.4 GB), so each environment is
+environments are big (vLLM 0.33.0 with its CUDA torch: results/environments.md), so each environment is
 built once into ``<env root>/<name>``, shared by every session that needs it and rebuilt only
 when its recipe changes: a sharing nox does not offer on its own. The env root is the
 checkout's ``.nox`` unless ``MOEGATE_ENV_DIR`` names another folder: ``.ci/run`` points it at
@@ -272,7 +272,7 @@ def install_project(session: Session, py: Path) -> None:
     """moegate itself, editable and without dependencies, into the environment of `py` (once per checkout).
 
     A step of its own after the recipe-stamped dependency install: it takes seconds, and
-    the 9.4 GB environments are never rebuilt for it. Editable: the checkout's code and
+    the big vLLM environments are never rebuilt for it. Editable: the checkout's code and
     data (moegate/paths.py) are what every session runs.
     """
     stamp = py.parent.parent / "moegate-project"

@@ -18,7 +18,7 @@ carries ``c`` tokens; prefill steps are ignored):
   experts on the host (1.0 when all are offloaded; under uniform routing a partial
   offload scales the host bytes by that fraction).
 - **achieved bandwidth** = bytes per step x steps/s, with steps/s ~ output tok/s / c. Set
-  against the measured UVA peak (51 GB/s on the H200, ``docs/spec.md``; 55.5 in one run,
+  against the measured UVA peak (``--uva-peak-gbps``; the H200's in ``results/ab-h200.md`` and
   ``results/kernels-0.33.0.md``), it shows whether a build's decode is at the PCIe limit:
   at the peak, saving bytes is the only way to go faster.
 

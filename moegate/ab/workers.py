@@ -18,8 +18,8 @@ from moegate.serve.processes import log_tail
 class BenchWorkers:
     """One long-lived ``moegate.vllm.bench_serve --worker`` per build: vLLM is imported once per build.
 
-    A fresh process per level paid vLLM's import (26-28 s on the H200) ten times per
-    server start, more than the measurement itself. The worker only runs the benchmark
+    A fresh process per level paid vLLM's import (on the H200: ``results/ab-h200-attempt.md``) ten
+    times per server start, more than the measurement itself. The worker only runs the benchmark
     client; every server start is still fresh. Each run's slice of the worker's log is
     copied to that run's log file, so a failed run shows its own tail.
     """

@@ -93,8 +93,8 @@ def start_together(servers: Sequence[Server]) -> None:
     A start is mostly one process importing vLLM and torch; two of them side by side on the 2-core
     machine took about as long as one. The first failure is raised once all have returned. On a GPU
     they start one after the other: an engine sizes its KV cache from the device memory in use while
-    it profiles, and counts another engine's allocations as its own (measured on the H200, twelve
-    starts at once: five failed with "Available KV cache memory: -7.12 GiB").
+    it profiles, and counts another engine's allocations as its own (seen on the H200: starts at once
+    failed with a negative "Available KV cache memory", ``results/e2e-h200-scored.md``).
     """
     from concurrent.futures import ThreadPoolExecutor
 

@@ -4,8 +4,8 @@ Per build, in order: describe it (its vLLM must import), start its server with t
 common flags plus its own, run the greedy passes (1 in flight; then ``c`` in flight
 twice, which must be byte-identical before two builds are compared there), run
 GSM8K through lm-eval, stop the server. The gates of one build share one server
-start because the start is the cost (about 40-100 s on a 2-core CPU, 70-110 s on the
-H200). Then: each gate compares base with PR and each build with its golden.
+start because the start is the cost (on a 2-core CPU, ``results/ci-time.md``; on the
+H200, ``results/e2e-h200-scored.md``). Then: each gate compares base with PR and each build with its golden.
 """
 
 from __future__ import annotations

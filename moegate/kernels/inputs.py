@@ -11,9 +11,9 @@ seeded from the case's routing recipe so a failure reproduces.
 The stored numbers are shared where they are the same kind of numbers: every
 wNa16 group size of a scheme (and both activation dtypes) reads the same integer
 storage with its own scales, and fp8 weights do not depend on the activation
-dtype. That halves what a bank holds once a run has met every key (about 9 GB
-on the device and 11 GB pinned became 5.3 and 6.6 at 5,000 cases), which is
-what bounds how many benchmark workers share one GPU and one host.
+dtype. That halves what a bank holds once a run has met every key (docs/kernels.md,
+"How many workers"), which is what bounds how many benchmark workers share one GPU
+and one host.
 
 No vLLM import: the host view comes from the caller (``VllmTarget.host_view``).
 """

@@ -8,10 +8,10 @@ from pathlib import Path
 
 # --- how many workers fit ----------------------------------------------------------------
 
-GPU_GIB_PER_WORKER = 8  # measured on the H200 at 5,000 cases: peaks 6.3-7.9 GiB allocated, 8.9 GiB reserved
+GPU_GIB_PER_WORKER = 8  # above each worker's peak on the H200 at 5,000 cases (results/kernels-0.33.0.md)
 
 
-HOST_GIB_PER_WORKER = 10  # pinned weights (4.4-4.9 GiB measured) plus the process and its compiler
+HOST_GIB_PER_WORKER = 10  # pinned weights (measured: results/kernels-0.33.0.md) plus the process and its compiler
 
 
 CORES_PER_WORKER = 2  # compilation takes one; torch's CPU work and the loop the other

@@ -1,8 +1,9 @@
 """The kernel-tier benchmark's worker processes: N of them on one GPU, fed the cases by the parent.
 
-Why processes: on a cold Triton cache the kernel tier's time is compilation (99 of
-114 s for 500 cases on an H200 with vLLM 0.33.0; a warm replay of the same cases
-took 2.8 s), and compilation is CPU-bound and single-threaded in a process. N
+Why processes: on a cold Triton cache the kernel tier's time is compilation (nearly
+all of it for 500 cases on an H200 with vLLM 0.33.0, against a small fraction for a
+warm replay of the same cases: ``results/kernels-0.33.0.md``), and compilation is
+CPU-bound and single-threaded in a process. N
 processes compile N kernel variants at once and share Triton's disk cache, so a
 variant one of them compiled is loaded, not compiled again, by the others (two
 that meet a new variant at the same moment both compile it; Triton's cache

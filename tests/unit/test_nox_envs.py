@@ -183,7 +183,7 @@ class _Recorder:
 
 
 def test_moegate_goes_into_an_environment_editable_once_per_checkout(tmp_path, monkeypatch):
-    """The editable install is its own step with its own stamp: the recipe's stamp (and the 9.4 GB env) is untouched."""
+    """The editable install is its own step with its own stamp: the recipe's stamp (and the vLLM env) is untouched."""
     monkeypatch.setattr(nox_envs, "uv", lambda: "/bin/uv")
     py = tmp_path / "env" / "bin" / "python"
     py.parent.mkdir(parents=True)
