@@ -1,0 +1,145 @@
+"""Builds as interpreters: a venv that sees a Python's packages plus unpacked sites, optionally with a planted bug.
+
+    python -m moegate.vllm.planted DEST --python PY [--site DIR]... [--bug SPEC]
+
+makes ``DEST`` a venv (``PY -m venv --without-pip``) whose interpreter ``DEST/bin/python`` is a
+build the e2e and A/B tiers take as ``--base``/``--pr``: no ``PYTHONPATH`` anywhere. A venv made
+from a venv's Python is based on the *base* interpreter, so ``PY``'s own ``sys.path`` entries (its
+site-packages, with their ``.pth`` files: editable installs keep working) come back through a ``.pth``
+line in the new venv's site-packages, and each ``--site`` directory (a vLLM bundle unpacked on the
+GPU machine, lm-eval's wheelhouse) goes first on the path, before the standard library, as a
+``PYTHONPATH`` entry would.
+
+``--bug`` copies ``plant.py`` (self-contained) into the venv's site-packages as
+``moegate_planted.py``, its config beside it as ``moegate_planted.json`` (not an environment
+variable: the bug belongs to the build), and a ``.pth`` line that imports it at every start:
+
+- ``scale=F``: the Qwen3-MoE block's output times ``F`` on every path (``F > 0``, not 1);
+- ``expert=SRC:DST``: host-resident expert weights on the sorted path: expert ``SRC``'s blocks
+  read expert ``DST``'s weights;
+- ``renorm=off``: the router's top-k weights are not renormalised.
+
+A bad spec, a missing ``PY`` or a ``DEST`` that is something other than such a build: one line,
+exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+RECORD = "moegate-build.json"
+PATHS_MODULE = "_moegate_build_paths"  # its .pth sorts before the plant's
+PLANT_MODULE = "moegate_planted"
+PLANT_SOURCE = Path(__file__).with_name("plant.py")
+_PROBE = "import json, sys, sysconfig; print(json.dumps([sys.path, sysconfig.get_path('purelib')]))"
+
+
+class BuildError(ValueError):
+    """A build that cannot be made as asked; the message is one line."""
+
+
+def parse_bug(spec: str) -> dict[str, Any]:
+    """The plant's config for ``spec`` (``scale=F``, ``expert=SRC:DST``, ``renorm=off``), or ``BuildError``."""
+    kind, sep, value = spec.partition("=")
+    kind, value = kind.strip(), value.strip()
+    if not sep:
+        raise BuildError(f"--bug {spec!r}: expected KIND=VALUE (scale=F, expert=SRC:DST or renorm=off)")
+    if kind == "scale":
+        try:
+            factor = float(value)
+        except ValueError:
+            raise BuildError(f"--bug {spec!r}: scale needs a number, e.g. scale=1.005") from None
+        if not (factor > 0 and factor != 1.0 and factor != float("inf")):
+            raise BuildError(f"--bug {spec!r}: scale must be a finite number > 0 other than 1")
+        return {"spec": spec, "kind": "scale", "scale": factor}
+    if kind == "expert":
+        src, colon, dst = value.partition(":")
+        if not (colon and src.isdigit() and dst.isdigit() and int(src) != int(dst)):
+            raise BuildError(f"--bug {spec!r}: expert needs two different expert ids SRC:DST, e.g. expert=0:1")
+        return {"spec": spec, "kind": "expert", "src": int(src), "dst": int(dst)}
+    if kind == "renorm":
+        if value != "off":
+            raise BuildError(f"--bug {spec!r}: the renormalisation bug is renorm=off")
+        return {"spec": spec, "kind": "renorm", "renorm": "off"}
+    raise BuildError(f"--bug {spec!r}: unknown kind {kind!r} (scale, expert or renorm)")
+
+
+def _probe(python: str) -> tuple[list[str], str]:
+    """``python``'s own ``sys.path`` (no ``PYTHONPATH``, no current directory) and its purelib directory."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    proc = subprocess.run([python, "-c", _PROBE], env=env, capture_output=True, text=True, check=False, cwd="/")
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BuildError(f"{python}: cannot read its sys.path ({last})")
+    path, purelib = json.loads(proc.stdout)
+    return [p for p in path if p and p != "/"], purelib
+
+
+def make_build(dest: Path, python: str, *, sites: Sequence[str] = (), bug: str | None = None) -> Path:
+    """Make ``dest`` a build (see the module docstring) and return its interpreter, ``dest/bin/python``."""
+    dest = Path(dest).absolute()
+    config = parse_bug(bug) if bug is not None else None
+    found = shutil.which(python)
+    if found is None:
+        raise BuildError(f"--python {python}: no such interpreter")
+    site_dirs = [str(Path(s).expanduser().absolute()) for s in sites]
+    missing = [s for s in site_dirs if not Path(s).is_dir()]
+    if missing:
+        raise BuildError(f"--site {missing[0]}: not a directory")
+    if dest.exists() and any(dest.iterdir()) and not (dest / RECORD).is_file():
+        raise BuildError(f"{dest}: exists and is not a build made here (no {RECORD}); choose another DEST")
+    own_path, _ = _probe(found)
+    if dest.exists():
+        shutil.rmtree(dest)
+    try:
+        proc = subprocess.run(
+            [found, "-m", "venv", "--without-pip", str(dest)], check=False, capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BuildError(f"{found} -m venv {dest}: {last}")
+        venv_python = dest / "bin" / "python"
+        venv_path, purelib = _probe(str(venv_python))
+        extra = [p for p in dict.fromkeys(own_path) if p not in venv_path and p not in site_dirs and Path(p).exists()]
+        site_packages = Path(purelib)
+        # a module, imported once even where site reads this site-packages twice (lib and its lib64 link)
+        code = (
+            f"import site\nimport sys\n\nsys.path[0:0] = {site_dirs!r}\nfor p in {extra!r}:\n    site.addsitedir(p)\n"
+        )
+        (site_packages / f"{PATHS_MODULE}.py").write_text(code, encoding="utf-8")
+        (site_packages / f"{PATHS_MODULE}.pth").write_text(f"import {PATHS_MODULE}\n", encoding="utf-8")
+        if config is not None:
+            shutil.copyfile(PLANT_SOURCE, site_packages / f"{PLANT_MODULE}.py")
+            (site_packages / f"{PLANT_MODULE}.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+            (site_packages / f"{PLANT_MODULE}.pth").write_text(f"import {PLANT_MODULE}\n", encoding="utf-8")
+        record = {"python": found, "sites": site_dirs, "paths": extra, "bug": config}
+        (dest / RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)  # nothing written half
+        raise
+    return venv_python
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m moegate.vllm.planted", description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("dest", type=Path, help="the build's venv directory (made, or remade if it is one)")
+    ap.add_argument("--python", required=True, help="the interpreter whose packages the build sees")
+    ap.add_argument("--site", action="append", default=[], help="a directory first on the path (repeatable)")
+    ap.add_argument("--bug", default=None, help="scale=F, expert=SRC:DST or renorm=off")
+    args = ap.parse_args(argv)
+    try:
+        python = make_build(args.dest, args.python, sites=args.site, bug=args.bug)
+    except BuildError as exc:
+        print(f"moegate.vllm.planted: {exc}", file=sys.stderr)
+        return 2
+    print(python)
+    return 0

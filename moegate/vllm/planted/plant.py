@@ -1,0 +1,125 @@
+"""A planted bug, copied into a build's site-packages as ``moegate_planted.py`` by ``python -m moegate.vllm.planted``.
+
+Self-contained (the standard library only; it is never imported from the checkout): a ``.pth`` line
+beside it imports it in every interpreter of the build (API server, engine core, workers), and it
+reads its bug from ``moegate_planted.json`` beside it. It hooks the import of the vLLM module that
+the bug lives in and patches that module once it has run; a name that is not where it is expected
+stops the import with an error (the patch is checked, not assumed), and each patch says on stderr
+what it changed, so a server's log shows that its build carries the bug.
+
+Kinds (``moegate.vllm.planted.parse_bug`` writes the config):
+
+- ``scale``: the Qwen3-MoE block's output times ``scale``, on every dispatch path;
+- ``expert``: on the sorted path with host-resident (UVA-offloaded) expert weights, the blocks
+  assigned to expert ``src`` read expert ``dst``'s weights instead (``expert_ids`` remapped after
+  ``_prepare_expert_assignment``, in both entrypoint modules);
+- ``renorm``: the router's top-k weights are left as the softmax gave them (``renormalize`` dropped
+  in ``fused_topk``) although the model asks for renormalised weights.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import inspect
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CONFIG: dict[str, Any] = json.loads(Path(__file__).with_suffix(".json").read_text(encoding="utf-8"))
+QWEN3_MOE = "vllm.model_executor.models.qwen3_moe"
+FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
+TRITON_MOE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
+TOPK_ROUTER = "vllm.model_executor.layers.fused_moe.router.fused_topk_router"
+MARK = "_moegate_planted"
+
+
+def _say(what: str) -> None:
+    print(f"moegate planted ({CONFIG['spec']}): {what}", file=sys.stderr, flush=True)
+
+
+def _scale(module: Any) -> str:
+    block = module.Qwen3MoeSparseMoeBlock
+    original = block.forward
+    factor = float(CONFIG["scale"])
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(self, *args, **kwargs) * factor
+
+    setattr(forward, MARK, True)
+    block.forward = forward
+    return f"Qwen3MoeSparseMoeBlock.forward output x {factor}"
+
+
+def _expert(module: Any) -> str:
+    original = module._prepare_expert_assignment
+    if getattr(original, MARK, False):  # imported by name from the module patched first
+        return "_prepare_expert_assignment (already planted)"
+    src, dst = int(CONFIG["src"]), int(CONFIG["dst"])
+    if "weights_host_resident" not in inspect.signature(original).parameters:
+        raise AttributeError(f"{module.__name__}._prepare_expert_assignment has no weights_host_resident")
+
+    def prepare(*args: Any, **kwargs: Any) -> Any:
+        sorted_ids, expert_ids, padded = original(*args, **kwargs)
+        if sorted_ids is not None and kwargs.get("weights_host_resident", False):
+            expert_ids = expert_ids.masked_fill(expert_ids == src, dst)
+        return sorted_ids, expert_ids, padded
+
+    setattr(prepare, MARK, True)
+    module._prepare_expert_assignment = prepare
+    return f"_prepare_expert_assignment: host-resident sorted path reads expert {dst} for {src}"
+
+
+def _renorm(module: Any) -> str:
+    original = module.fused_topk
+    signature = inspect.signature(original)
+    if "renormalize" not in signature.parameters:
+        raise AttributeError(f"{module.__name__}.fused_topk has no renormalize")
+
+    def fused_topk(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["renormalize"] = False
+        return original(*bound.args, **bound.kwargs)
+
+    setattr(fused_topk, MARK, True)
+    module.fused_topk = fused_topk
+    return "fused_topk: renormalize dropped"
+
+
+PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
+    "scale": {QWEN3_MOE: _scale},
+    "expert": {FUSED_MOE: _expert, TRITON_MOE: _expert},
+    "renorm": {TOPK_ROUTER: _renorm},
+}
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: importlib.abc.Loader, patch: Callable[[Any], str]) -> None:
+        self.inner, self.patch = inner, patch
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.inner.exec_module(module)
+        _say(f"{module.__name__}: {self.patch(module)}")
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, patches: dict[str, Callable[[Any], str]]) -> None:
+        self.patches = patches
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        patch = self.patches.get(name)
+        if patch is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader, patch)
+        return spec
+
+
+FINDER = _Finder(PATCHES[CONFIG["kind"]])
+sys.meta_path.insert(0, FINDER)

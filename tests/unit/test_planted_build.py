@@ -1,0 +1,176 @@
+"""A build is an interpreter: ``moegate.vllm.planted`` makes a venv that sees its sites first, with its bug active.
+
+Each test makes a real venv from this interpreter (``sys.executable``, itself a venv: the new one
+is based on the base interpreter and must get this one's packages back) and runs it. The plants
+are checked on stand-ins at their targets' module names, since the unit tier has no vLLM; the e2e
+tier's CPU smoke runs a planted build of real vLLM (``tests/e2e/test_e2e_cpu.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moegate.vllm.planted import RECORD, BuildError, make_build, parse_bug
+from tests.support import ROOT
+
+QWEN3_STANDIN = """
+class Qwen3MoeSparseMoeBlock:
+    def forward(self, x):
+        return x * 2.0
+"""
+FUSED_MOE_STANDIN = """
+import torch
+
+def _prepare_expert_assignment(topk_ids, config, *, weights_host_resident=False):
+    sorted_path = topk_ids.numel() > 2
+    ids = torch.unique(topk_ids)
+    return (topk_ids.argsort() if sorted_path else None), ids, torch.tensor([ids.numel()])
+"""
+TOPK_STANDIN = """
+def fused_topk(hidden_states, gating_output, topk, renormalize, indices_type=None):
+    return "renormalised" if renormalize else "raw"
+"""
+
+
+def _run(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [str(python), "-c", code], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _standin(site: Path, module: str, source: str) -> None:
+    """``module`` (dotted) as a file under ``site``, with the packages above it."""
+    parts = module.split(".")
+    for depth in range(1, len(parts)):
+        pkg = site.joinpath(*parts[:depth])
+        pkg.mkdir(parents=True, exist_ok=True)
+        (pkg / "__init__.py").touch()
+    site.joinpath(*parts[:-1], parts[-1] + ".py").write_text(source)
+
+
+def test_a_made_build_sees_its_sites_first_in_order_and_the_given_pythons_own_packages(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for site, tag in ((first, "first"), (second, "second")):
+        site.mkdir()
+        (site / "moegate_probe_mod.py").write_text(f"TAG = {tag!r}\n")
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(first), str(second)])
+    assert python == tmp_path / "b" / "bin" / "python"
+    proc = _run(
+        python, "import sys, json, pytest, moegate_probe_mod as m; print(json.dumps([sys.path, m.TAG]))", tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    path, tag = json.loads(proc.stdout)
+    assert path[1:3] == [str(first), str(second)]  # path[0] is -c's current directory
+    assert tag == "first"
+    assert "moegate_planted" not in proc.stdout
+    assert json.loads((tmp_path / "b" / RECORD).read_text())["bug"] is None
+
+
+def test_a_build_without_a_bug_has_no_plant_at_startup(tmp_path):
+    python = make_build(tmp_path / "b", sys.executable)
+    proc = _run(python, "import sys; print('moegate_planted' in sys.modules)", tmp_path)
+    assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_a_planted_scale_is_active_at_startup_and_scales_the_moe_blocks_output(tmp_path):
+    site = tmp_path / "site"
+    _standin(site, "vllm.model_executor.models.qwen3_moe", QWEN3_STANDIN)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="scale=1.005")
+    code = (
+        "import sys; active = 'moegate_planted' in sys.modules\n"
+        "from vllm.model_executor.models.qwen3_moe import Qwen3MoeSparseMoeBlock as B\n"
+        "print(active, B().forward(10.0))"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", str(10.0 * 2.0 * 1.005)]
+    assert "moegate planted (scale=1.005)" in proc.stderr  # the server log shows the bug
+    assert json.loads((tmp_path / "b" / RECORD).read_text())["bug"]["scale"] == 1.005
+
+
+def test_a_planted_wrong_expert_remaps_only_host_resident_sorted_blocks(tmp_path):
+    pytest.importorskip("torch", reason="the stand-in returns torch tensors, as vLLM's function does")
+    site = tmp_path / "site"
+    for module in ("fused_moe", "experts.triton_moe"):
+        _standin(site, f"vllm.model_executor.layers.fused_moe.{module}", FUSED_MOE_STANDIN)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="expert=0:1")
+    code = (
+        "import torch\n"
+        "from vllm.model_executor.layers.fused_moe import fused_moe as f\n"
+        "from vllm.model_executor.layers.fused_moe.experts import triton_moe as t\n"
+        "ids = torch.tensor([0, 2, 0, 3])\n"
+        "for m in (f, t):\n"
+        "    host = m._prepare_expert_assignment(ids, {}, weights_host_resident=True)[1].tolist()\n"
+        "    resident = m._prepare_expert_assignment(ids, {})[1].tolist()\n"
+        "    naive = m._prepare_expert_assignment(ids[:2], {}, weights_host_resident=True)[1].tolist()\n"
+        "    print(host, resident, naive)"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[1, 2, 3] [0, 2, 3] [0, 2]"] * 2
+
+
+def test_a_planted_renormalisation_error_drops_renormalize(tmp_path):
+    site = tmp_path / "site"
+    _standin(site, "vllm.model_executor.layers.fused_moe.router.fused_topk_router", TOPK_STANDIN)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="renorm=off")
+    code = (
+        "from vllm.model_executor.layers.fused_moe.router.fused_topk_router import fused_topk\n"
+        "print(fused_topk(hidden_states=1, gating_output=2, topk=4, renormalize=True), fused_topk(1, 2, 4, True))"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["raw", "raw"]
+
+
+def test_a_plant_whose_target_lacks_its_name_stops_the_import(tmp_path):
+    site = tmp_path / "site"
+    _standin(site, "vllm.model_executor.models.qwen3_moe", "class SomethingElse:\n    pass\n")
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="scale=2")
+    proc = _run(python, "import vllm.model_executor.models.qwen3_moe", tmp_path)
+    assert proc.returncode != 0
+    assert "Qwen3MoeSparseMoeBlock" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "spec", ["scale", "scale=x", "scale=1", "scale=-2", "expert=1:1", "expert=a:b", "renorm=on", "k=1"]
+)
+def test_a_bad_bug_is_one_line_and_exit_2_with_nothing_written(tmp_path, spec):
+    dest = tmp_path / "b"
+    proc = subprocess.run(
+        [sys.executable, "-m", "moegate.vllm.planted", str(dest), "--python", sys.executable, "--bug", spec],
+        check=False, cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and spec in proc.stderr
+    assert not dest.exists()
+    with pytest.raises(BuildError):
+        parse_bug(spec)
+
+
+def test_a_destination_that_is_not_a_build_is_refused_and_left_alone(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "keep.txt").write_text("mine")
+    with pytest.raises(BuildError, match="not a build"):
+        make_build(tmp_path / "b", sys.executable)
+    assert (tmp_path / "b" / "keep.txt").read_text() == "mine"
+
+
+def test_the_cli_prints_the_builds_interpreter_and_remakes_its_own_build(tmp_path):
+    dest = tmp_path / "b"
+    for bug in ("scale=1.01", None):
+        extra = ["--bug", bug] if bug else []
+        proc = subprocess.run(
+            [sys.executable, "-m", "moegate.vllm.planted", str(dest), "--python", sys.executable, *extra],
+            check=False, cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == str(dest / "bin" / "python")
+    assert not list(dest.glob("lib/*/site-packages/moegate_planted*"))  # the remade build has no bug
