@@ -52,9 +52,9 @@ print(json.dumps(out))
 class Build:
     """One side of a comparison.
 
-    ``python`` is the interpreter of the build's environment; ``env`` is added to the
-    server's environment (for example ``PYTHONPATH`` of a site where vLLM was
-    unpacked); ``server_args`` are appended to every server start of this build.
+    ``python`` is the interpreter of the build's environment; ``env`` (any ``KEY=VALUE``,
+    for example ``VLLM_USE_FLASHINFER_SAMPLER=0``) is added to the server's environment;
+    ``server_args`` are appended to every server start of this build.
     """
 
     label: str
