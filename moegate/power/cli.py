@@ -40,7 +40,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="run only the mutant with this id (repeatable), e.g. to re-check survivors",
     )
-    p.add_argument("--test-command", default=None, help="override the per-mutant test command (tests of this harness)")
+    p.add_argument(
+        "--test-command",
+        default=None,
+        help="override the per-mutant test command (tests of this harness); {python} in it is the test build's"
+        " interpreter, which sees the overlay and the frozen suite first",
+    )
     p.add_argument(
         "--package-dir", default=None, help="the vllm package directory (default: probed from --vllm-python)"
     )

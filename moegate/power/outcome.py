@@ -16,6 +16,8 @@ from typing import Any
 from moegate.power.errors import PowerError
 from moegate.power.regions import Region
 
+BUILD_PYTHON = "{python}"  # in a test command: the test build's interpreter (overlay and frozen suite first)
+
 # statuses that count towards the score; "equivalent", "no-mutation" and "pending" do not
 SCORED = ("killed", "timeout", "survived", "incompetent")
 
@@ -80,6 +82,7 @@ class Outcome:
     stale_equivalents: list[str] = field(default_factory=list)
     budget_s: float = 30.0
     suite_rev: str = "unknown"
+    vllm_python: str = ""  # the interpreter the test runs' build was made from
 
     def count(self, status: str) -> int:
         return sum(1 for m in self.mutants if m.status == status)

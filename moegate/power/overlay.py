@@ -5,7 +5,8 @@ pointed at an *overlay*: a throw-away directory holding a ``vllm`` package tree
 made of symlinks to the installed one, except along the paths to the mutated
 files, which are real directories, and the mutated files themselves, which are
 real copies (new inodes: writing them cannot reach the installed file). The
-overlay goes first on ``PYTHONPATH`` of each test run. Each run's work directory
+overlay goes first on the path of the build every test run uses (a venv made by
+``moegate.power.run.make_test_build``). Each run's work directory
 records its owner's pid, so whatever ends a run (interrupt, timeout, crash, even
 SIGKILL) can only leave a stale directory in the temp dir, which the next run
 removes.

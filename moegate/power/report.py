@@ -6,11 +6,18 @@ import dataclasses
 from typing import Any
 
 from moegate.power.driver import TOOL
-from moegate.power.outcome import Outcome
+from moegate.power.outcome import BUILD_PYTHON, Outcome
 
 
 def _fmt_s(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
+
+
+def _build_note(o: Outcome) -> str:
+    if BUILD_PYTHON not in o.test_command:
+        return ""
+    made_from = f" made from `{o.vllm_python}`" if o.vllm_python else ""
+    return f"; `{BUILD_PYTHON}`: a venv{made_from} with the overlay and the frozen suite first on its path"
 
 
 def render_markdown(o: Outcome) -> str:
@@ -43,7 +50,7 @@ def render_markdown(o: Outcome) -> str:
         f"| tool | {TOOL} (local distributor), mutants run against a throw-away overlay |",
         "",
         f"Command: `{o.command or 'python -m moegate.power'}`  ",
-        f"Test command per mutant: `{o.test_command}` (MOEGATE_PROFILE=power)",
+        f"Test command per mutant: `{o.test_command}` (MOEGATE_PROFILE=power{_build_note(o)})",
         "",
         "## Regions mutated",
         "",

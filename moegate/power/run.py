@@ -2,7 +2,11 @@
 
 The installed files are only ever read: they are hashed before and after, and a
 changed hash fails the run however it ends. The suite the mutants run against is
-a frozen copy, taken when the run starts. Each stage says how far it is
+a frozen copy, taken when the run starts. Every test run uses a *build*: a venv made
+from ``--vllm-python`` (``moegate.vllm.planted.make_build``) whose path puts the overlay
+and the frozen suite first, then that interpreter's own path, so every process of a
+test run (the ones it starts with ``sys.executable`` too) imports the mutant and the
+frozen suite; ``{python}`` in a test command stands for it. Each stage says how far it is
 (``moegate.core.progress``): the baseline, then the mutants done of the total with the
 running score.
 """
@@ -25,10 +29,11 @@ from moegate.paths import EQUIVALENT_MUTANTS, ROOT
 from moegate.power import summary_line
 from moegate.power.driver import collect, keep_only, require_tool, run_tool, select, tally
 from moegate.power.errors import PowerError
-from moegate.power.outcome import Outcome, load_equivalents, score
+from moegate.power.outcome import BUILD_PYTHON, Outcome, load_equivalents, score
 from moegate.power.overlay import build_overlay, clean_stale_workdirs, make_workdir, sha256, snapshot_suite
 from moegate.power.regions import REGIONS, find_regions
 from moegate.vllm import names
+from moegate.vllm.planted import BuildError, make_build
 
 EQUIVALENTS_FILE = EQUIVALENT_MUTANTS
 PLUGIN = "moegate.power.plugin"  # loaded into each mutant's dispatch-tier run with -p
@@ -55,9 +60,17 @@ def probe_package_dir(vllm_python: str) -> tuple[Path, str]:
     return Path(info["dir"]), info["version"] or "unknown"
 
 
-def default_test_command(vllm_python: str) -> str:
-    args = [vllm_python, "-m", "pytest", "tests/dispatch", "-x", "-q", "-p", PLUGIN, "-p", "no:cacheprovider"]
-    return " ".join(shlex.quote(a) for a in args)
+def default_test_command() -> str:
+    args = ["-m", "pytest", "tests/dispatch", "-x", "-q", "-p", PLUGIN, "-p", "no:cacheprovider"]
+    return " ".join([BUILD_PYTHON, *(shlex.quote(a) for a in args)])
+
+
+def make_test_build(work: Path, vllm_python: str, overlay: Path, suite: Path) -> Path:
+    """The interpreter every test run uses: ``vllm_python``'s packages behind the overlay and the frozen suite."""
+    try:
+        return make_build(work / "build", vllm_python, sites=(str(overlay), str(suite)))
+    except BuildError as exc:
+        raise PowerError(f"cannot make the test build from {vllm_python}: {exc}") from exc
 
 
 def run(
@@ -99,21 +112,22 @@ def run(
     suite_rev = snapshot_suite(ROOT, suite)
     proc_env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(work / "overlay"), str(suite)]),
         "MOEGATE_PROFILE": "power",
         "MOEGATE_REQUIRE_VLLM": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER": "1",
     }
     proc_env.pop("PYTEST_ADDOPTS", None)
-    test_command = test_command or default_test_command(vllm_python)
+    test_command = test_command or default_test_command()
     try:
         copies = build_overlay(package_dir, work / "overlay", files)
+        build_python = make_test_build(work, vllm_python, work / "overlay", suite)
+        command_run = test_command.replace(BUILD_PYTHON, shlex.quote(str(build_python)))
         # baseline: the unmutated overlay must pass, from the overlay, or no score means anything
         with progress.stage("baseline (unmutated vLLM)", prefix="power") as bar:
             t0 = time.perf_counter()
             base = subprocess.run(
-                shlex.split(test_command), check=False, cwd=suite, env=proc_env, capture_output=True, text=True
+                shlex.split(command_run), check=False, cwd=suite, env=proc_env, capture_output=True, text=True
             )
             base_wall = time.perf_counter() - t0
             info = summary_line.read(base.stdout) or {}
@@ -137,7 +151,7 @@ def run(
             f"module-path = {json.dumps([str(copies[f]) for f in files])}\n"
             f"timeout = {float(timeout)}\n"
             "excluded-modules = []\n"
-            f"test-command = {json.dumps(test_command)}\n"
+            f"test-command = {json.dumps(command_run)}\n"
             "[cosmic-ray.distributor]\n"
             'name = "local"\n'
         )
@@ -179,6 +193,7 @@ def run(
         package_dir=str(package_dir),
         command=command,
         test_command=test_command,
+        vllm_python=vllm_python,
         regions=[
             {"region": r.spec.label, "file": r.spec.file, "lines": f"{r.first}-{r.last}", "why": r.spec.why}
             for r in regions

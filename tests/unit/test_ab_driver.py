@@ -12,7 +12,6 @@ failures, files kept. The real thing runs as the CPU same-build smoke and on the
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from moegate.ab import report
 from moegate.ab.driver import Driver
 from moegate.ab.plan import BenchError, Dataset, DriverError, Plan, load_run, schedule
 from moegate.ab.verdict import IMPROVED, NO_VERDICT, WITHIN
+from moegate.vllm.planted import make_build
 from tests.support import ROOT
 
 
@@ -288,19 +288,19 @@ def main(args):
 
 
 def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
-    """python -m moegate.vllm.bench_serve in the 'build': the build's PYTHONPATH carries a stand-in
+    """python -m moegate.vllm.bench_serve in a build whose own site carries a stand-in
     ``vllm.benchmarks.serve`` (the real one needs a server); the result dict is written as JSON."""
     pkg = tmp_path / "site" / "vllm" / "benchmarks"
     pkg.mkdir(parents=True)
     (tmp_path / "site" / "vllm" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "serve.py").write_text(FAKE_SERVE)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}  # the build's own site; moegate: cwd
+    python = make_build(tmp_path / "build", sys.executable, sites=(str(tmp_path / "site"),))  # moegate: cwd
 
     def bench_serve(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "moegate.vllm.bench_serve", *args],
-            capture_output=True, text=True, cwd=ROOT, check=False, env=env, timeout=120,
+            [str(python), "-m", "moegate.vllm.bench_serve", *args],
+            capture_output=True, text=True, cwd=ROOT, check=False, timeout=120,
         )  # fmt: skip
 
     bench_args = ["--model", "m", "--max-concurrency", "4", "--num-prompts", "8", "--ignore-eos"]
@@ -361,7 +361,8 @@ def test_the_bench_worker_imports_once_runs_many_and_survives_a_failed_run(tmp_p
     from moegate.ab.plan import BenchError
     from moegate.ab.workers import BenchWorkers
 
-    b = SimpleNamespace(label="x", python=sys.executable, env={"PYTHONPATH": str(tmp_path / "site")}, server_args=())
+    python = make_build(tmp_path / "build", sys.executable, sites=(str(tmp_path / "site"),))
+    b = SimpleNamespace(label="x", python=str(python), env={}, server_args=())
     workers = BenchWorkers(tmp_path / "w", timeout_s=120)
     try:
         first = workers(b, ["--model", "m", "--max-concurrency", "2"], tmp_path / "a.json", tmp_path / "a.log")

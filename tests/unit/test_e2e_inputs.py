@@ -13,6 +13,7 @@ from moegate.e2e import datasets, prompts
 from moegate.e2e.datasets import DataError
 from moegate.serve.build import Build, BuildError
 from moegate.serve.server import Server, ServerError, resolve_model
+from moegate.vllm.planted import make_build
 
 
 def test_a_gsm8k_file_with_another_checksum_is_refused(tmp_path):
@@ -83,7 +84,12 @@ def test_an_unknown_model_is_one_line(tmp_path, monkeypatch):
 
 
 def test_a_build_whose_vllm_does_not_import_is_one_line(tmp_path):
-    with pytest.raises(BuildError, match="vLLM does not import"):
-        Build("base", sys.executable, {"PYTHONPATH": str(tmp_path)}).describe()
+    (tmp_path / "site" / "vllm").mkdir(parents=True)
+    (tmp_path / "site" / "vllm" / "__init__.py").write_text(
+        "import os\nraise ImportError(os.environ.get('STANDIN_SAYS', 'the build env was not passed'))\n"
+    )  # a stand-in vLLM in the build's own site, whose import fails with what the build's env says
+    python = make_build(tmp_path / "build", sys.executable, sites=(str(tmp_path / "site"),))
+    with pytest.raises(BuildError, match="vLLM does not import .*: ImportError: a broken stand-in$"):
+        Build("base", str(python), {"STANDIN_SAYS": "a broken stand-in"}).describe()
     with pytest.raises(BuildError, match="no interpreter"):
         Build("base", str(tmp_path / "python")).describe()

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from moegate.power.outcome import BUILD_PYTHON
 from moegate.power.overlay import WORKDIR_PREFIX, build_overlay, clean_stale_workdirs
 from moegate.power.regions import FUSED_MOE, TRITON_MOE
-from moegate.power.run import ROOT
+from moegate.power.run import ROOT, make_test_build
 from moegate.serve.processes import descendants
+from moegate.vllm.planted import make_build
 from tests.support.power import FUSED, fake_vllm
 
 # --- the overlay and the installed files ---------------------------------------------------
@@ -45,14 +47,28 @@ def test_overlay_copies_the_mutated_files_and_links_the_rest(tmp_path: Path) -> 
     assert _digest(pkg) == before
 
 
-def test_overlay_shadows_the_installed_package(tmp_path: Path) -> None:
+def test_overlay_shadows_the_installed_package_in_the_test_build_and_its_subprocesses(tmp_path: Path) -> None:
+    """The test build: this interpreter's packages plus the fake vLLM's site, the overlay and a suite before them."""
     pkg = fake_vllm(tmp_path / "site")
     copies = build_overlay(pkg, tmp_path / "overlay", [FUSED_MOE, TRITON_MOE])
     copies[FUSED_MOE].write_text("WHERE = 'overlay'\n")
-    code = "import vllm.model_executor.layers.fused_moe.fused_moe as m, vllm; print(m.WHERE, vllm.__version__)"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "overlay"), str(tmp_path / "site")])}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["overlay", "synthetic"]
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "suite_marker.py").write_text("WHERE = 'suite'\n")
+    python = make_build(tmp_path / "build", sys.executable, sites=(str(tmp_path / "site"),))
+    build = make_test_build(tmp_path / "work", str(python), tmp_path / "overlay", tmp_path / "suite")
+    code = (
+        "import vllm.model_executor.layers.fused_moe.fused_moe as m, vllm, suite_marker, subprocess, sys; "
+        "print(m.WHERE, vllm.__version__, suite_marker.WHERE); sys.stdout.flush(); "
+        "subprocess.run([sys.executable, '-c', 'import vllm.model_executor.layers.fused_moe.fused_moe as m; "
+        "print(m.WHERE)'], check=True)"
+    )
+    out = subprocess.run([str(build), "-c", code], cwd="/", capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["overlay", "synthetic", "suite", "overlay"]  # the child too: sys.executable
+    plain = subprocess.run(
+        [str(python), "-c", "import vllm.model_executor.layers.fused_moe.fused_moe as m; print(m.__file__)"],
+        cwd="/", capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert plain.stdout.strip() == str(pkg / FUSED_MOE)  # without the overlay: the installed file
 
 
 def test_stale_overlays_of_dead_runs_are_removed(tmp_path: Path) -> None:
@@ -93,7 +109,7 @@ def _start_run(tmp_path: Path, pkg: Path) -> subprocess.Popen[bytes]:
         "    time.sleep(60)\n"
     )
     return subprocess.Popen(
-        _power_argv(pkg, tmp_path / "out", f"{sys.executable} {probe} {original}", timeout_s=120),
+        _power_argv(pkg, tmp_path / "out", f"{BUILD_PYTHON} {probe} {original}", timeout_s=120),
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -161,7 +177,7 @@ def test_a_full_run_on_a_synthetic_package_scores_and_restores(tmp_path: Path) -
     )
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     out = subprocess.run(
-        _power_argv(pkg, tmp_path / "out", f"{sys.executable} {probe}", timeout_s=30),
+        _power_argv(pkg, tmp_path / "out", f"{BUILD_PYTHON} {probe}", timeout_s=30),
         env=env,
         cwd=ROOT,
         check=False,
