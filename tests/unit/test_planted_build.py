@@ -34,7 +34,7 @@ def _prepare_expert_assignment(topk_ids, config, *, weights_host_resident=False)
 """
 TOPK_STANDIN = """
 def fused_topk(hidden_states, gating_output, topk, renormalize, indices_type=None):
-    return "renormalised" if renormalize else "raw"
+    return (0.5 if renormalize else 0.25), "ids", "indices"
 """
 
 
@@ -127,7 +127,20 @@ def test_a_planted_renormalisation_error_drops_renormalize(tmp_path):
     )
     proc = _run(python, code, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["raw", "raw"]
+    assert proc.stdout.splitlines() == ["(0.25, 'ids', 'indices') (0.25, 'ids', 'indices')"]
+
+
+def test_planted_router_weights_are_scaled_and_the_rest_passed_through(tmp_path):
+    site = tmp_path / "site"
+    _standin(site, "vllm.model_executor.layers.fused_moe.router.fused_topk_router", TOPK_STANDIN)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="weights=1.5")
+    code = (
+        "from vllm.model_executor.layers.fused_moe.router.fused_topk_router import fused_topk\n"
+        "print(fused_topk(1, 2, 4, renormalize=True))"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "(0.75, 'ids', 'indices')"
 
 
 def test_a_plant_whose_target_lacks_its_name_stops_the_import(tmp_path):
@@ -140,7 +153,7 @@ def test_a_plant_whose_target_lacks_its_name_stops_the_import(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "spec", ["scale", "scale=x", "scale=1", "scale=-2", "expert=1:1", "expert=a:b", "renorm=on", "k=1"]
+    "spec", ["scale", "scale=x", "scale=1", "scale=-2", "expert=1:1", "expert=a:b", "renorm=on", "k=1", "weights=0"]
 )
 def test_a_bad_bug_is_one_line_and_exit_2_with_nothing_written(tmp_path, spec):
     dest = tmp_path / "b"

@@ -17,7 +17,9 @@ variable: the bug belongs to the build), and a ``.pth`` line that imports it at 
 - ``scale=F``: the Qwen3-MoE block's output times ``F`` on every path (``F > 0``, not 1);
 - ``expert=SRC:DST``: host-resident expert weights on the sorted path: expert ``SRC``'s blocks
   read expert ``DST``'s weights;
-- ``renorm=off``: the router's top-k weights are not renormalised.
+- ``renorm=off``: the router's top-k weights are not renormalised;
+- ``weights=F``: the router's top-k weights times ``F`` (the experts' float32 sum ``F`` too large
+  before its rounding: a systematic output error that bfloat16 rounding does not swallow).
 
 A bad spec, a missing ``PY`` or a ``DEST`` that is something other than such a build: one line,
 exit 2, nothing written.
@@ -46,19 +48,19 @@ class BuildError(ValueError):
 
 
 def parse_bug(spec: str) -> dict[str, Any]:
-    """The plant's config for ``spec`` (``scale=F``, ``expert=SRC:DST``, ``renorm=off``), or ``BuildError``."""
+    """The plant's config for ``spec`` (see the module docstring), or ``BuildError``."""
     kind, sep, value = spec.partition("=")
     kind, value = kind.strip(), value.strip()
     if not sep:
-        raise BuildError(f"--bug {spec!r}: expected KIND=VALUE (scale=F, expert=SRC:DST or renorm=off)")
-    if kind == "scale":
+        raise BuildError(f"--bug {spec!r}: expected KIND=VALUE (scale=F, weights=F, expert=SRC:DST or renorm=off)")
+    if kind in ("scale", "weights"):
         try:
             factor = float(value)
         except ValueError:
-            raise BuildError(f"--bug {spec!r}: scale needs a number, e.g. scale=1.005") from None
+            raise BuildError(f"--bug {spec!r}: {kind} needs a number, e.g. {kind}=1.005") from None
         if not (factor > 0 and factor != 1.0 and factor != float("inf")):
-            raise BuildError(f"--bug {spec!r}: scale must be a finite number > 0 other than 1")
-        return {"spec": spec, "kind": "scale", "scale": factor}
+            raise BuildError(f"--bug {spec!r}: {kind} must be a finite number > 0 other than 1")
+        return {"spec": spec, "kind": kind, kind: factor}
     if kind == "expert":
         src, colon, dst = value.partition(":")
         if not (colon and src.isdigit() and dst.isdigit() and int(src) != int(dst)):
@@ -68,7 +70,7 @@ def parse_bug(spec: str) -> dict[str, Any]:
         if value != "off":
             raise BuildError(f"--bug {spec!r}: the renormalisation bug is renorm=off")
         return {"spec": spec, "kind": "renorm", "renorm": "off"}
-    raise BuildError(f"--bug {spec!r}: unknown kind {kind!r} (scale, expert or renorm)")
+    raise BuildError(f"--bug {spec!r}: unknown kind {kind!r} (scale, weights, expert or renorm)")
 
 
 def _probe(python: str) -> tuple[list[str], str]:
@@ -134,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("dest", type=Path, help="the build's venv directory (made, or remade if it is one)")
     ap.add_argument("--python", required=True, help="the interpreter whose packages the build sees")
     ap.add_argument("--site", action="append", default=[], help="a directory first on the path (repeatable)")
-    ap.add_argument("--bug", default=None, help="scale=F, expert=SRC:DST or renorm=off")
+    ap.add_argument("--bug", default=None, help="scale=F, weights=F, expert=SRC:DST or renorm=off")
     args = ap.parse_args(argv)
     try:
         python = make_build(args.dest, args.python, sites=args.site, bug=args.bug)

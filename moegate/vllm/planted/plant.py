@@ -14,7 +14,11 @@ Kinds (``moegate.vllm.planted.parse_bug`` writes the config):
   assigned to expert ``src`` read expert ``dst``'s weights instead (``expert_ids`` remapped after
   ``_prepare_expert_assignment``, in both entrypoint modules);
 - ``renorm``: the router's top-k weights are left as the softmax gave them (``renormalize`` dropped
-  in ``fused_topk``) although the model asks for renormalised weights.
+  in ``fused_topk``) although the model asks for renormalised weights;
+- ``weights``: the router's top-k weights times ``weights`` (``fused_topk``'s float32 output): every
+  expert's contribution is that much too large in the float32 accumulator, before its rounding. A
+  small factor on the rounded bfloat16 output (``scale``) mostly rounds back to the same value
+  (1.002 moves only mantissas above 1.95), so this is the systematic error that stays systematic.
 """
 
 from __future__ import annotations
@@ -88,10 +92,24 @@ def _renorm(module: Any) -> str:
     return "fused_topk: renormalize dropped"
 
 
+def _weights(module: Any) -> str:
+    original = module.fused_topk
+    factor = float(CONFIG["weights"])
+
+    def fused_topk(*args: Any, **kwargs: Any) -> Any:
+        topk_weights, *rest = original(*args, **kwargs)
+        return (topk_weights * factor, *rest)
+
+    setattr(fused_topk, MARK, True)
+    module.fused_topk = fused_topk
+    return f"fused_topk: top-k weights x {factor}"
+
+
 PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
     "scale": {QWEN3_MOE: _scale},
     "expert": {FUSED_MOE: _expert, TRITON_MOE: _expert},
     "renorm": {TOPK_ROUTER: _renorm},
+    "weights": {TOPK_ROUTER: _weights},
 }
 
 
