@@ -1,7 +1,11 @@
-"""The e2e gates for the H200's two pairs in one go: three servers, each started once.
+"""The e2e gates for the H200's two pairs in one go: three servers, each started once (byte identity, ``compare_builds``).
 
-    python tools/gpu/e2e_pairs.py --site033 DIR --site032 DIR --eval-site DIR --model DIR \\
+    python3 -m tools.gpu.e2e_pairs --python033 PY --python032 PY --model DIR \\
         --prompts-file FILE --gsm8k-dir DIR --out DIR [--gsm8k-limit 250] [--bless]
+
+Each ``PY`` is a build's interpreter, made with ``python3 -m moegate.vllm.planted DEST --python python3
+--site $HOME/vllm-site --site $HOME/eval-site`` (no search-path variable); lm-eval runs on the 0.33.0 one.
+The batch-robust gates of docs/e2e-rules.md, one pair per ``moegate.e2e run``: ``tools/gpu/e2e_plan.sh``.
 
 Builds: vLLM 0.33.0 with experts resident, 0.33.0 with experts UVA-offloaded, 0.32.0
 with experts UVA-offloaded. Pairs: (0.33.0 resident, 0.33.0 UVA) and (0.32.0 UVA,
@@ -15,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 import time
@@ -35,9 +38,9 @@ COMMON = (
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    for a in ("--site033", "--eval-site", "--model", "--prompts-file", "--gsm8k-dir", "--out"):
+    for a in ("--python033", "--model", "--prompts-file", "--gsm8k-dir", "--out"):
         ap.add_argument(a, required=True)
-    ap.add_argument("--site032", default="")
+    ap.add_argument("--python032", default="")
     ap.add_argument("--gsm8k-limit", type=int, default=250)
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--bless", action="store_true")
@@ -46,14 +49,12 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    os.environ["PYTHONPATH"] = args.eval_site  # lm-eval's own site; each build's server sets its own path
-    py = sys.executable
-    env033 = {"PYTHONPATH": f"{args.site033}:{args.eval_site}", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
-    env032 = {"PYTHONPATH": f"{args.site032}:{args.eval_site}", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    py = args.python033  # lm-eval's too
+    env = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
     builds = {
-        "0.33.0-resident": Build("0.33.0-resident", py, env033),
-        "0.33.0-uva": Build("0.33.0-uva", py, env033, UVA),
-        "0.32.0-uva": Build("0.32.0-uva", py, env032, UVA),
+        "0.33.0-resident": Build("0.33.0-resident", py, env),
+        "0.33.0-uva": Build("0.33.0-uva", py, env, UVA),
+        "0.32.0-uva": Build("0.32.0-uva", args.python032, env, UVA),
     }
     builds = {k: v for k, v in builds.items() if k in args.builds.split(",")}
     gates = tuple(args.gates.split(","))

@@ -12,10 +12,13 @@ on the input (top-1; the weight goes through the activation) are left as they ar
 Scaling the rounded output instead would be no such error in bfloat16: 1.002
 times a bfloat16 value rounds back to it unless its mantissa is above 1.95.
 
-Run with ``PYTHONPATH=DEST:SITE`` so the copy shadows the installed package:
+Run it in a build whose sites are DEST, then SITE, so the copy shadows the installed package
+(an interpreter, ``python -m moegate.vllm.planted``; from the checkout root, which ``-m`` puts on the path):
 
-    python3 tools/gpu/plant_moe_scale.py --site $HOME/agg-vllm-site --dest $HOME/agg-vllm-plant
-    MOEGATE_PLANT_EPS=0.002 PYTHONPATH=$HOME/agg-vllm-plant:$HOME/agg-vllm-site:. python3 -m pytest tests/kernels
+    python3 -m tools.gpu.plant_moe_scale --site $HOME/agg-vllm-site --dest $HOME/agg-vllm-plant
+    python3 -m moegate.vllm.planted $HOME/agg-plant-build --python python3 \\
+        --site $HOME/agg-vllm-plant --site $HOME/agg-vllm-site
+    MOEGATE_PLANT_EPS=0.002 $HOME/agg-plant-build/bin/python -m pytest tests/kernels
 
 Exit 2 with one line when the site has no vLLM or a wrapped name is not where it
 is expected (the patch is checked, not assumed).

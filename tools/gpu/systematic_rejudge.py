@@ -6,7 +6,7 @@ margin does not change, and says which groups the current margins detect, and, p
 entrypoint, how many groups a planted error of eps would move past the margin (a prediction: a planted
 run also adds its own rounding noise).
 
-    PYTHONPATH=. python tools/gpu/systematic_rejudge.py clean-tier.xml clean-sweep.json
+    python -m tools.gpu.systematic_rejudge clean-tier.xml clean-sweep.json      # from the checkout root
 """
 
 import json

@@ -12,30 +12,37 @@ set -uo pipefail
 export VLLM_USE_FLASHINFER_SAMPLER=0 TRITON_CACHE_DIR=$HOME/triton-agg MOEGATE_PROFILE=ci
 site=${AGG_SITE:-$HOME/agg-vllm-site}
 plant=$HOME/agg-vllm-plant
+# builds are interpreters (python -m moegate.vllm.planted): the site's, and the planted copy's ahead of the site
+build() { python3 -m moegate.vllm.planted "$1" --python python3 "${@:2}" >/dev/null || exit 2; echo "$1/bin/python"; }
 step=$1
 shift
 case $step in
 probe)
-    PYTHONPATH=$site:. python3 tools/probes/tf32_operands.py --json "$OUT/tf32.json" 2>&1 | tee "$OUT/tf32.log" ;;
+    py=$(build "$HOME/agg-build" --site "$site")
+    "$py" -m tools.probes.tf32_operands --json "$OUT/tf32.json" 2>&1 | tee "$OUT/tf32.log" ;;
 sweep)
     n=$1; shift
     args=("$@"); [ ${#args[@]} -eq 0 ] && args=(--cases 5000 --workers 8 --budget-s 400)
-    PYTHONPATH=$site:. timeout 540 python3 -m moegate.kernels.sweep "${args[@]}" --json "$OUT/$n.json" >"$OUT/$n.log" 2>&1
+    py=$(build "$HOME/agg-build" --site "$site")
+    timeout 540 "$py" -m moegate.kernels.sweep "${args[@]}" --json "$OUT/$n.json" >"$OUT/$n.log" 2>&1
     echo "$n: exit $?"; grep -E "^(bench_kernels|worst|systematic|  )" "$OUT/$n.log" | head -70 ;;
 tier)
     n=$1
-    PYTHONPATH=$site:. timeout 500 python3 -m pytest tests/kernels -q -rfEs -s --junitxml="$OUT/$n.xml" >"$OUT/$n.log" 2>&1
+    py=$(build "$HOME/agg-build" --site "$site")
+    timeout 500 "$py" -m pytest tests/kernels -q -rfEs -s --junitxml="$OUT/$n.xml" >"$OUT/$n.log" 2>&1
     echo "$n: exit $?"; grep -E "systematic|DETECTED|passed|failed|skipped|error" "$OUT/$n.log" | tail -40 ;;
 plant)
-    python3 tools/gpu/plant_moe_scale.py --site "$site" --dest "$plant" ;;
+    python3 -m tools.gpu.plant_moe_scale --site "$site" --dest "$plant" ;;
 planted-tier)
     eps=$1
-    MOEGATE_PLANT_EPS=$eps PYTHONPATH=$plant:$site:. timeout 400 python3 -m pytest tests/kernels -q -rfEs -s \
+    py=$(build "$HOME/agg-plant-build" --site "$plant" --site "$site")
+    MOEGATE_PLANT_EPS=$eps timeout 400 "$py" -m pytest tests/kernels -q -rfEs -s \
         --junitxml="$OUT/planted-tier-$eps.xml" >"$OUT/planted-tier-$eps.log" 2>&1
     echo "planted-tier $eps: exit $?"; grep -E "systematic|DETECTED|passed|failed|skipped|error" "$OUT/planted-tier-$eps.log" | tail -60 ;;
 planted-sweep)
     eps=$1 n=$2
-    MOEGATE_PLANT_EPS=$eps PYTHONPATH=$plant:$site:. timeout 300 python3 -m moegate.kernels.sweep --cases "$n" --workers 8 \
+    py=$(build "$HOME/agg-plant-build" --site "$plant" --site "$site")
+    MOEGATE_PLANT_EPS=$eps timeout 300 "$py" -m moegate.kernels.sweep --cases "$n" --workers 8 \
         --budget-s 200 --json "$OUT/planted-sweep-$eps.json" >"$OUT/planted-sweep-$eps.log" 2>&1
     echo "planted-sweep $eps: exit $?"; grep -E "^(systematic|  )" "$OUT/planted-sweep-$eps.log" | head -50 ;;
 *)

