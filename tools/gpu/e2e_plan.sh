@@ -18,9 +18,10 @@
 # The servers get a fixed KV cache (--kv-cache-memory-bytes, 1 GiB; these sizes need 16 MiB): with it
 # vLLM skips the memory profiling that, with 12 engines starting at once on 2026-12-01, counted the
 # others' allocations as its own (5 of 12 failed: "Available KV cache memory: -7.12 GiB").
-# SERVER_ARGS and UVA_ARGS replace those flags (a CPU rehearsal: UVA_ARGS= SERVER_ARGS="...").
+# GSM8K: 250 questions once per build (GSM8K_ARGS; the cap at 250 keeps a pair inside one call: where
+# the size rule asks for more, the verdict says what 250 resolve). SERVER_ARGS and UVA_ARGS replace those flags (a CPU rehearsal: UVA_ARGS= SERVER_ARGS="...").
 # Launches are STAGGER_S apart; every pair is stopped by BUDGET_S after the first (the call's limit
-# is 600 s). Writes $OUT/PLAN.tgz (each pair's folder: driver log, e2e.md, scores.json, gate JSONs,
+# is 600 s). Writes $OUT/PLAN.tar.xz (each pair's folder: driver log, e2e.md, scores.json, gate JSONs,
 # server logs, wall.txt) and prints each pair's verdict lines and wall time.
 set -u
 : "${OUT:?run on the device: \$OUT is where results go}"
@@ -29,7 +30,7 @@ plan=${1:?usage: e2e_plan.sh PLANFILE}
 name=$(basename "$plan" .plan)
 ROOT=$PWD DATA=${DATA:-$PWD/.gpu/g18/data}
 PROMPTS=${PROMPTS:-64} TOKENS=${TOKENS:-128} UTIL=${UTIL:-0.05} KV=${KV:-1073741824}
-STAGGER_S=${STAGGER_S:-5} BUDGET_S=${BUDGET_S:-540} GSM8K_ARGS=${GSM8K_ARGS:-"--gsm8k-limit 250 --no-gsm8k-repeat"}
+STAGGER_S=${STAGGER_S:-5} BUDGET_S=${BUDGET_S:-540} GSM8K_ARGS=${GSM8K_ARGS:-"--gsm8k-limit 250 --gsm8k-cap 250 --no-gsm8k-repeat"}
 t0=$(date +%s)
 mkdir -p "$HOME/builds" "$HOME/e2e"
 
@@ -90,5 +91,5 @@ for label in "${labels[@]}"; do
   grep -E "^(PASS|FAIL)  " "$f" | cut -c1-330
   grep -E "^moegate.e2e: |Error|error:" "$f" | grep -v "measured in" | tail -3 | cut -c1-300
 done
-tar czf "$OUT/$name.tgz" -C "$HOME/e2e" "$name"
+tar -I "xz -T0" -cf "$OUT/$name.tar.xz" --exclude=hf_datasets_cache -C "$HOME/e2e" "$name"
 ls -la "$OUT"
