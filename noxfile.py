@@ -170,7 +170,7 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
         "MOEGATE_VLLM_CPU_PYTHON": vllm_py, builds.TRAINED_MODEL_ENV: str(builds.trained_model()),
     }  # fmt: skip
     if bless:
-        target = "tests/e2e/test_e2e_cpu.py::test_same_build_twice_passes_both_gates_and_blesses_its_goldens"
+        target = "tests/e2e/test_e2e_cpu.py::test_same_build_twice_passes_every_gate_and_blesses_its_goldens"
         session.run(str(driver), "-m", "pytest", target, "--bless", env=env, external=True)
         return
     session.run(vllm_py, "-m", "pytest", *builds.SMOKE_UNITS, external=True)  # they need transformers

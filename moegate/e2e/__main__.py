@@ -34,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
         r.add_argument(f"--{side}-label", default=side)
         r.add_argument(f"--{side}-args", default="", help="server flags of this build only")
         r.add_argument(f"--{side}-env", action="append", default=[], help="KEY=VALUE for this build's server")
+        r.add_argument(
+            f"--{side}-url", default=None, help="a running server of this build (started with these flags): used, "
+            "not started or stopped (moegate/serve/attached.py)",
+        )  # fmt: skip
     r.add_argument("--model", required=True, help="model directory, or a hub name in the local cache")
     r.add_argument("--server-args", default="", help="server flags of both builds")
     r.add_argument("--gates", default="greedy,gsm8k")
@@ -115,7 +119,12 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     commands = [" ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:]])]
-    commands += [f"# {b.label}: {b.command_line()} {' '.join(opts.server_args)}" for b in builds]
+    urls = {b.label: u for b, u in zip(builds, (args.base_url, args.pr_url), strict=True) if u}
+    commands += [
+        f"# {b.label}: {b.command_line()} {' '.join(opts.server_args)}"
+        + (f"  (attached: {urls[b.label]})" if b.label in urls else "")
+        for b in builds
+    ]
     title = f"moegate e2e: {builds[0].label} vs {builds[1].label}"
     runs: list[e2e.BuildRun] = []
     t0 = time.monotonic()
@@ -143,7 +152,14 @@ def _run(args: argparse.Namespace) -> int:
             )
 
         pair_runs, data = pair.serve_pair(
-            builds, chosen, opts, out, all_prompts=lambda n: loaded[:n], available=len(loaded), on_run=_done
+            builds,
+            chosen,
+            opts,
+            out,
+            all_prompts=lambda n: loaded[:n],
+            available=len(loaded),
+            on_run=_done,
+            urls=urls,
         )
         runs.extend(pair_runs)
     except (ServerError, BuildError, DataError, OSError) as exc:

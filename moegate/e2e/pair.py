@@ -1,8 +1,8 @@
 """Both builds' servers up together: each started once, every gate and the scoring phase served by that start.
 
-``serve_pair`` starts the base build's server and runs its gates, then the PR's (the
-base one stays up, idle), then the scoring phase of ``moegate/e2e/scored.py`` against
-both, then stops both (in every case: the ``ExitStack`` stops them on any error, and
+``serve_pair`` starts both builds' servers (or attaches to running ones, ``urls``), runs
+each build's gates against its own server, both builds at once, then the scoring phase of
+``moegate/e2e/scored.py`` against both, then stops the servers it started (in every case: the ``ExitStack`` stops them on any error, and
 ``teardown_on_termination`` turns SIGTERM into that). ``compare`` turns the records into
 verdicts: the batch-robust ones by default, ``strict`` the byte-identity ones of
 ``moegate/e2e/run.py``.
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from moegate.e2e import greedy, scored, scored_verdicts, stats
 from moegate.e2e import run as e2e
 from moegate.e2e.prompts import Prompt
 from moegate.e2e.verdict import GateResult
-from moegate.serve.build import Build
+from moegate.serve.attached import AttachedServer
+from moegate.serve.build import Build, BuildError
 from moegate.serve.server import Server
 
 
@@ -34,33 +36,51 @@ def serve_pair(
     all_prompts: Callable[[int], Sequence[Prompt]],
     available: int,
     on_run: Callable[[e2e.BuildRun], None] | None = None,
+    urls: Mapping[str, str] | None = None,
 ) -> tuple[list[e2e.BuildRun], scored.ScoreData | None]:
+    """``urls`` (label: URL) names builds whose server already runs (``moegate/serve/attached.py``): used, not started."""
     if len(builds) != 2 or builds[0].label == builds[1].label:
         raise ValueError("the e2e run compares two builds with different labels")
+    urls = urls or {}
     runs: list[e2e.BuildRun] = []
     data: scored.ScoreData | None = None
     with contextlib.ExitStack() as stack:
-        servers = [
-            Server(
+        owned = {
+            b.label: Server(
                 b, opts.model, opts.server_args, log_path=out / f"server-{b.label}.log",
                 startup_timeout_s=opts.startup_timeout_s,
             )
-            for b in builds
-        ]  # fmt: skip
-        infos = [b.describe() for b in builds]
-        for srv in servers:
-            stack.callback(srv.stop)  # registered before the start: a failed or interrupted start is stopped too
+            for b in builds if b.label not in urls
+        }  # fmt: skip
+        for own in owned.values():
+            stack.callback(own.stop)  # registered before the start: a failed or interrupted start is stopped too
         with progress.stage("both servers: start", prefix="e2e"):
-            start_together(servers)
-        for build, info, srv in zip(builds, infos, servers, strict=True):
-            run = e2e.BuildRun(build, info=info)
+            infos = start_and_describe(builds, list(owned.values()))
+        servers: list[Server | AttachedServer] = []
+        for build, info in zip(builds, infos, strict=True):
+            if build.label in owned:
+                servers.append(owned[build.label])
+            else:
+                attached = AttachedServer(build, opts.model, urls[build.label], vllm_version=info.get("vllm"))
+                attached.start()
+                servers.append(attached)
+
+        def _measure(build: Build, info: dict[str, Any], srv: Server | AttachedServer) -> e2e.BuildRun:
+            run = e2e.BuildRun(build, info=info if build.label in owned else {**info, "attached": urls[build.label]})
             t0 = time.monotonic()
-            run.start_s = srv.started_s
+            run.start_s = srv.started_s if build.label in owned else None
             e2e.measure(srv, run, prompts, opts, out)
             run.seconds["total"] = time.monotonic() - t0 + (srv.started_s or 0.0)
-            runs.append(run)
-            if on_run is not None:
-                on_run(run)
+            return run
+
+        # both builds' gates at once: each server gets the same requests in the same waves as alone (no batch is
+        # shared between servers), and one build's lm-eval start-up and request round trips overlap the other's work
+        with ThreadPoolExecutor(len(builds)) as pool:
+            futures = [pool.submit(_measure, *job) for job in zip(builds, infos, servers, strict=True)]
+            for future in futures:
+                runs.append(future.result())
+                if on_run is not None:
+                    on_run(runs[-1])
         if not opts.strict:
             labels = (builds[0].label, builds[1].label)
             greedy_1 = []
@@ -96,10 +116,10 @@ def start_together(servers: Sequence[Server]) -> None:
     it profiles, and counts another engine's allocations as its own (seen on the H200: starts at once
     failed with a negative "Available KV cache memory", ``results/e2e-h200-scored.md``).
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from moegate.serve.server import gpu_memory_used_mib
 
+    if not servers:
+        return
     if gpu_memory_used_mib() is not None:
         for s in servers:
             s.start()
@@ -113,7 +133,23 @@ def start_together(servers: Sequence[Server]) -> None:
             raise exc
 
 
-def _alive(srv: Server) -> Callable[[], None]:
+def start_and_describe(builds: Sequence[Build], servers: Sequence[Server]) -> list[dict[str, Any]]:
+    """Each build described by its own interpreter (``Build.describe``) while the servers start: both are
+    mostly an import of vLLM, side by side. A build that cannot describe itself is the error reported,
+    ahead of its server's failure to start."""
+    with ThreadPoolExecutor(len(builds)) as pool:
+        described = [pool.submit(b.describe) for b in builds]
+        try:
+            start_together(servers)
+        except BaseException:
+            for f in described:
+                if isinstance(f.exception(), BuildError):
+                    raise f.exception() from None  # type: ignore[misc]
+            raise
+        return [f.result() for f in described]
+
+
+def _alive(srv: Server | AttachedServer) -> Callable[[], None]:
     return lambda: srv.check_alive(grace_s=5)
 
 

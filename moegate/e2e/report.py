@@ -38,7 +38,7 @@ def render(
             info, secs, start = run.info, run.seconds, run.start_s
             out.append(
                 f"| {run.build.label} | {info.get('vllm')} | {info.get('torch')} | {_cell(info.get('device'))} "
-                f"| `{_cell(' '.join(run.build.server_args)) or '-'}` | {start and f'{start:.0f}'} "
+                f"| `{_cell(' '.join(run.build.server_args)) or '-'}` | {_start(info, start)} "
                 f"| {secs.get('greedy', 0):.0f} | {secs.get('gsm8k', 0):.0f} |"
             )
         out.append("")
@@ -53,6 +53,12 @@ def render(
         out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     out += ["## Reproduce", "", "```sh", *commands, "```", ""]
     return "\n".join(out)
+
+
+def _start(info: dict, start: float | None) -> str:
+    if info.get("attached"):
+        return f"attached ({_cell(info['attached'])})"
+    return f"{start:.0f}" if start else str(start)
 
 
 def write(path: Path, text: str) -> None:

@@ -27,6 +27,7 @@ from moegate.e2e.greedy import Completion
 from moegate.e2e.prompts import Prompt
 from moegate.e2e.verdict import GateResult
 from moegate.model.tiny_model import model_hash
+from moegate.serve.attached import AttachedServer
 from moegate.serve.build import Build
 from moegate.serve.server import Server
 
@@ -97,7 +98,7 @@ def flag_value(flags: Sequence[str], name: str, default: str) -> str:
     return default
 
 
-def measure(srv: Server, run: BuildRun, prompts: Sequence[Prompt], opts: Options, out: Path) -> None:
+def measure(srv: Server | AttachedServer, run: BuildRun, prompts: Sequence[Prompt], opts: Options, out: Path) -> None:
     """Every asked-for gate against one running server of ``run.build``."""
     label = run.build.label
     if "greedy" in opts.gates:
@@ -245,8 +246,8 @@ def compare_builds(base: BuildRun, pr: BuildRun, opts: Options, decode: greedy.D
             if not all(stable):
                 res.passed = False
                 res.summary = (
-                    f"not comparable: a build is not reproducible against itself at {c} in flight "
-                    f"(see above); between builds: {res.summary}"
+                    f"FAIL (strict): a build does not reproduce itself at {c} in flight (see above), so byte "
+                    f"identity cannot hold here; drop --strict for the batch-robust rules; between builds: {res.summary}"
                 )
             results.append(res)
             for r in (base, pr):
@@ -263,8 +264,8 @@ def compare_builds(base: BuildRun, pr: BuildRun, opts: Options, decode: greedy.D
         if not all(stable):
             res.passed = False
             res.summary = (
-                "not comparable: a build's GSM8K responses are not reproducible against themselves "
-                f"(see above); between builds: {res.summary}"
+                "FAIL (strict): a build's GSM8K responses do not reproduce themselves (see above), so byte "
+                f"identity cannot hold here; drop --strict for the batch-robust rules; between builds: {res.summary}"
             )
         results.append(res)
         for r in (base, pr):
