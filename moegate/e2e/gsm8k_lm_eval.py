@@ -30,6 +30,11 @@ from moegate.serve.processes import log_tail, stop_group
 # --- lm-eval -------------------------------------------------------------------
 
 
+_CHECKED: dict[tuple[str, int], str] = {}
+"""Interpreters found good in this process, keyed by path and mtime: a run checks once, not before each lm-eval run
+(importing lm-eval to ask is several seconds of CPU, and a same-build smoke run starts lm-eval four times)."""
+
+
 def check_lm_eval(python: str | os.PathLike[str], timeout_s: float = 120) -> str:
     """lm-eval's version in ``python`` (a venv folder, or empty for ``eval_python()``'s default).
 
@@ -38,6 +43,9 @@ def check_lm_eval(python: str | os.PathLike[str], timeout_s: float = 120) -> str
     py = eval_python(python or None)
     if not py.is_file():
         raise LmEvalMissing(f"lm-eval is not installed in {py}: no such interpreter")
+    key = (str(py), py.stat().st_mtime_ns)
+    if key in _CHECKED:
+        return _CHECKED[key]
     try:
         proc = subprocess.run(
             [str(py), "-c", "import importlib.metadata as m, lm_eval; print(m.version('lm_eval'))"],
@@ -55,6 +63,7 @@ def check_lm_eval(python: str | os.PathLike[str], timeout_s: float = 120) -> str
         raise LmEvalMissing(
             f"lm-eval {version} in {py}; the gate is written for lm-eval[api]=={LM_EVAL_VERSION} (install that release)"
         )
+    _CHECKED[key] = version
     return version
 
 

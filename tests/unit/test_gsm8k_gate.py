@@ -170,6 +170,23 @@ def test_missing_lm_eval_is_one_line(tmp_path: Path) -> None:
     assert "ModuleNotFoundError" in msg
 
 
+def test_a_good_lm_eval_is_asked_once_per_interpreter_and_a_missing_one_every_time(tmp_path: Path) -> None:
+    """A run starts lm-eval several times: asking its version (an import of lm-eval) once is enough."""
+    from moegate.e2e.gsm8k_task import LM_EVAL_VERSION
+
+    calls = tmp_path / "calls"
+    py = tmp_path / "python"
+    py.write_text(f"#!/bin/sh\necho x >> {calls}\necho {LM_EVAL_VERSION}\n")
+    py.chmod(0o755)
+    assert gsm8k.check_lm_eval(py) == gsm8k.check_lm_eval(py) == LM_EVAL_VERSION
+    assert calls.read_text().count("x") == 1
+    py.write_text(f"#!/bin/sh\necho x >> {calls}\nexit 1\n")  # another interpreter at that path (new mtime)
+    for _ in range(2):
+        with pytest.raises(LmEvalMissing):
+            gsm8k.check_lm_eval(py)
+    assert calls.read_text().count("x") == 3
+
+
 def _importable(name: str) -> bool:
     import importlib.util
 
