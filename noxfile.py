@@ -174,7 +174,7 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
         session.run(str(driver), "-m", "pytest", target, "--bless", env=env, external=True)
         return
     session.run(vllm_py, "-m", "pytest", *builds.SMOKE_UNITS, external=True)  # they need transformers
-    session.run(str(driver), "-m", "pytest", "tests/e2e", env=env, external=True)
+    session.run(str(driver), "-m", "pytest", "tests/e2e", "--durations=12", env=env, external=True)
 
 
 @nox.session(python=False)
