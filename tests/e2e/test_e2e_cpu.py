@@ -34,6 +34,7 @@ from moegate.serve.build import Build
 from moegate.serve.server import Server
 from moegate.vllm.planted import make_build
 from tests.support.e2e import SMOKE_ENV, SMOKE_SERVER_ARGS, SMOKE_SIZE, run_e2e
+from tests.support.strip_proxy import stripping_proxy
 
 MODELS = ("random", "trained")
 
@@ -266,3 +267,25 @@ def test_this_machine_matches_the_committed_goldens_of_its_cpu_class(same_build,
     assert code == 0, f"exit {code} against golden/e2e ({cls})\n{err[-3000:]}\n{page}"
     for gate in GOLDEN_ROWS:
         assert f"| {gate} | PASS |" in page, gate
+
+
+def test_a_server_without_prompt_logprobs_stops_the_run_in_one_line(group, tmp_path):
+    """The PR side's real server answered through a proxy that drops each choice's ``prompt_logprobs``, as a vLLM
+    without the field answers: the run stops at the scoring phase with one line naming the build and the field,
+    exit 2, and writes no golden although it was asked to bless."""
+    if group.name != "random":
+        pytest.skip("one model shows it: the field is the server's, not the model's")
+    golden_dir = tmp_path / "golden"
+    with stripping_proxy(group.urls["second"], "prompt_logprobs") as proxy:
+        proc = run_e2e(
+            *group.side("base", "base"), f"--pr={group.python}", f"--pr-url={proxy}", f"--model={group.model}",
+            f"--server-args={SMOKE_SERVER_ARGS}", "--gates=greedy", *SMOKE_SIZE[:2], "--in-flight=1",
+            f"--out={tmp_path / 'run'}", f"--report={tmp_path / 'e2e.md'}", f"--golden-dir={golden_dir}", "--bless",
+        )  # fmt: skip
+    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stderr[-3000:]}"
+    line = next(ln for ln in proc.stderr.splitlines() if "prompt logprobs" in ln)
+    assert line.startswith("moegate.e2e: build pr: the server returned no prompt logprobs"), line
+    assert "'prompt_logprobs'" in line and "absent" in line
+    page = (tmp_path / "e2e.md").read_text()
+    assert ": ERROR" in page.splitlines()[0] and "no golden was written" in page
+    assert not golden_dir.exists() or not any(golden_dir.rglob("*")), sorted(golden_dir.rglob("*"))
