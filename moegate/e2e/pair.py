@@ -229,7 +229,8 @@ def compare(
             results.append(_noise_row(lab, r1, r2))
         results.append(
             scored_verdicts.gsm8k_result(
-                (base.build.label, pr.build.label), base.gsm8k, pr.gsm8k, repeats, data.gsm8k_divergences, tie,
+                (base.build.label, pr.build.label), base.gsm8k, pr.gsm8k, repeats, data.gsm8k_divergences,
+                scored_verdicts.gsm8k_tie_bound(data, {r.build.label: r.greedy.get(1, []) for r in (base, pr)}),
                 detect=opts.gsm8k_detect, cap=_gsm8k_cap(opts),
             )
         )  # fmt: skip

@@ -140,3 +140,50 @@ def test_the_tie_bound_is_twice_the_runs_largest_same_build_change():
     data = _data()
     data.scores["base"][1]["s3"].logprobs[5] += 0.2
     assert scored_verdicts.tie_bound(data) == pytest.approx(2 * 0.2) == stats.tie_bound(0.2)
+
+
+def _decoded(data: scored.ScoreData, seq_id: str, moved: dict[int, float]) -> list:
+    """The greedy record of a sequence's continuation: each token decoded at its prefill log-probability, but
+    ``moved`` (position: change), as a decode step computing it another way would report."""
+    from moegate.e2e.greedy import Completion
+
+    seq = next(s for s in data.sequences if s.seq_id == seq_id)
+    lps = data.scores["base"][0][seq_id].logprobs
+    ids = list(seq.token_ids[seq.start :])
+    top = [[(t, lp + moved.get(j, 0.0)), (t + 1000, lp - 5.0)] for j, (t, lp) in enumerate(zip(ids, lps, strict=True))]
+    return [Completion(seq_id, "sha", ids, top)]
+
+
+def test_gsm8ks_tie_bound_takes_the_decode_to_prefill_change_of_the_same_build():
+    """A GSM8K response diverged while decoding, its first divergent token is judged by re-scoring: the bound
+    is twice the larger of the batch change (prefill against prefill) and the decode-to-prefill change."""
+    data = _data()
+    data.scores["base"][1]["s3"].logprobs[5] += 0.05  # batch noise 0.05
+    greedy_1 = {"base": _decoded(data, "s2", {7: -0.3}), "pr": _decoded(data, "s4", {1: 0.1})}
+    assert scored_verdicts.decode_noise(data, greedy_1) == pytest.approx(0.3)
+    assert scored_verdicts.gsm8k_tie_bound(data, greedy_1) == pytest.approx(0.6)
+    assert scored_verdicts.gsm8k_tie_bound(data, {"base": [], "pr": []}) == pytest.approx(0.1)
+    # a continuation that is not the scored one (another prompt's tokens) measures nothing
+    other = _decoded(data, "s2", {7: -0.3})[0]
+    other.token_ids = [t + 1 for t in other.token_ids]
+    assert scored_verdicts.decode_noise(data, {"base": [other]}) == 0.0
+
+
+def test_a_divergence_rescored_off_the_builds_own_top_lists_is_left_to_the_exact_test_unless_one_steep_list_misses():
+    """Re-tokenized text that neither build generated (neither build's own token in its own top 5), or one build's
+    own token below a flat list of its own, says nothing of either build; one build's own token missing from a
+    steep list of its own while the other's is there is a build computing something else, and fails."""
+    a = _Run([1, 0])
+    top = [[50, -1.0], [51, -1.1], [52, -1.2], [53, -1.3], [54, -1.4]]
+    off = {"doc_id": 1, "position": 4, "tokens": {"base": 7, "pr": 9}, "top": {"base": top, "pr": top}}
+    res = scored_verdicts.gsm8k_result(("base", "pr"), a, a, [], [off], 0.05, detect=1.0, cap=8)
+    assert res.passed and "1 not judged by re-scoring" in res.summary, res.summary
+    one_sided = {**off, "tokens": {"base": 50, "pr": 9}}
+    res = scored_verdicts.gsm8k_result(("base", "pr"), a, a, [], [one_sided], 0.05, detect=1.0, cap=8)
+    assert not res.passed and "1 of 1 differing responses unexplained" in res.summary
+    # the same, but the PR's list is flat (all five within the tie bound of its first): a token just below it can
+    # be the first in decode, as the random model's was on the H200 (doc 228)
+    flat = [[50, -7.30], [51, -7.31], [52, -7.33], [53, -7.35], [54, -7.36]]
+    one_flat = {**one_sided, "top": {"base": top, "pr": flat}}
+    res = scored_verdicts.gsm8k_result(("base", "pr"), a, a, [], [one_flat], 0.094, detect=1.0, cap=8)
+    assert res.passed and "1 not judged by re-scoring" in res.summary, res.summary
