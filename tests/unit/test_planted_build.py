@@ -39,7 +39,7 @@ def fused_topk(hidden_states, gating_output, topk, renormalize, indices_type=Non
 
 
 def _run(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # the build alone makes its path
     return subprocess.run(
         [str(python), "-c", code], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )
