@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from moegate.e2e.gsm8k import (
     Gsm8kData,
     Gsm8kDataError,
     Gsm8kError,
-    LmEvalMissing,
     compare,
     parse_samples,
     read_run,
@@ -153,44 +151,6 @@ def test_builtin_task_has_no_include_path_and_keeps_the_dataset_cache(tmp_path: 
     env = gsm8k.lm_eval_env(tmp_path, local_data=True)
     assert env["HF_DATASETS_CACHE"] == str(tmp_path / "hf_datasets_cache")
     assert env["HF_HUB_OFFLINE"] == env["HF_DATASETS_OFFLINE"] == "1"
-
-
-def test_missing_lm_eval_is_one_line(tmp_path: Path) -> None:
-    with pytest.raises(LmEvalMissing) as err:
-        gsm8k.check_lm_eval(tmp_path / "nope" / "python")
-    assert str(err.value).startswith(f"lm-eval is not installed in {tmp_path / 'nope' / 'python'}: ")
-    with pytest.raises(LmEvalMissing, match="not installed in .*: "):
-        gsm8k.check_lm_eval(tmp_path)  # a folder that is no venv
-    if _importable("lm_eval"):
-        pytest.skip("lm_eval importable in this interpreter")
-    with pytest.raises(LmEvalMissing) as err:
-        gsm8k.check_lm_eval(sys.executable)
-    msg = str(err.value)
-    assert msg.startswith(f"lm-eval is not installed in {sys.executable}: ") and "\n" not in msg
-    assert "ModuleNotFoundError" in msg
-
-
-def test_a_good_lm_eval_is_asked_once_per_interpreter_and_a_missing_one_every_time(tmp_path: Path) -> None:
-    """A run starts lm-eval several times: asking its version (an import of lm-eval) once is enough."""
-    from moegate.e2e.gsm8k_task import LM_EVAL_VERSION
-
-    calls = tmp_path / "calls"
-    py = tmp_path / "python"
-    py.write_text(f"#!/bin/sh\necho x >> {calls}\necho {LM_EVAL_VERSION}\n")
-    py.chmod(0o755)
-    assert gsm8k.check_lm_eval(py) == gsm8k.check_lm_eval(py) == LM_EVAL_VERSION
-    assert calls.read_text().count("x") == 1
-    py.write_text(f"#!/bin/sh\necho x >> {calls}\nexit 1\n")  # another interpreter at that path (new mtime)
-    for _ in range(2):
-        with pytest.raises(LmEvalMissing):
-            gsm8k.check_lm_eval(py)
-    assert calls.read_text().count("x") == 3
-
-
-def _importable(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
 
 
 def test_eval_python_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
