@@ -68,7 +68,7 @@ def serve_pair(
         def _measure(build: Build, info: dict[str, Any], srv: Server | AttachedServer) -> e2e.BuildRun:
             run = e2e.BuildRun(build, info=info if build.label in owned else {**info, "attached": urls[build.label]})
             t0 = time.monotonic()
-            run.start_s = srv.started_s if build.label in owned else None
+            run.start_s = srv.started_s
             e2e.measure(srv, run, prompts, opts, out)
             run.seconds["total"] = time.monotonic() - t0 + (srv.started_s or 0.0)
             return run

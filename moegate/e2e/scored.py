@@ -41,6 +41,8 @@ SCORE_CAP_FACTOR = 4
 """The scored comparison may grow to this many times ``--prompts`` (at most the committed set)."""
 GSM8K_CAP_FACTOR = 4
 """GSM8K may grow to this many times ``--gsm8k-limit`` (at most all 1,319 questions)."""
+PR_SEQUENCE = "+pr"
+"""Suffix of a prompt's sequence id when it carries the PR's continuation (where it differs from the base's)."""
 ROUNDS = 3
 """At most this many extensions: each one re-estimates the noise and the size it needs."""
 
@@ -135,7 +137,7 @@ def _sequences(
         out.append(TokenSeq(p.id, tuple(ids + ca.token_ids), len(ids)))
         cb = by_id.get(p.id)
         if cb is not None and cb.token_ids != ca.token_ids:
-            out.append(TokenSeq(p.id + "+pr", tuple(ids + cb.token_ids), len(ids)))
+            out.append(TokenSeq(p.id + PR_SEQUENCE, tuple(ids + cb.token_ids), len(ids)))
     return out
 
 

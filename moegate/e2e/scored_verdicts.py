@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from moegate.e2e import stats
-from moegate.e2e.scored import ScoreData
+from moegate.e2e.scored import PR_SEQUENCE, ScoreData
 from moegate.e2e.verdict import GateResult
 
 
@@ -34,7 +34,7 @@ def decode_noise(data: ScoreData | None, greedy_1: Mapping[str, Sequence[Any]]) 
     for label, completions in greedy_1.items():
         per_comp = data.scores.get(label, [])
         for c in completions:
-            for sid in (c.prompt_id, c.prompt_id + "+pr"):
+            for sid in (c.prompt_id, c.prompt_id + PR_SEQUENCE):
                 seq = seqs.get(sid)
                 if seq is None or list(seq.token_ids[seq.start :]) != list(c.token_ids):
                     continue

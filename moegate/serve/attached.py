@@ -45,15 +45,12 @@ class AttachedServer:
         self.url = url.rstrip("/")
         self.vllm_version = vllm_version
         self.model_name = ""
-        self.started_s: float | None = None
-        self.proc = None
-        self.log_path: Path | None = None
+        self.started_s: float | None = None  # not started here: the report says "attached"
 
     def _fail(self, what: str) -> ServerError:
         return ServerError(f"server of build {self.build.label} at {self.url}: {what}")
 
     def start(self) -> None:
-        t0 = time.monotonic()
         try:
             _get(self.url + "/health")
             version = (_get(self.url + "/version") or {}).get("version")
@@ -68,7 +65,6 @@ class AttachedServer:
         if not found:
             raise self._fail(f"serves {', '.join(sorted(roots)) or 'no model'}, not {self.model}")
         self.model_name = found[0]
-        self.started_s = time.monotonic() - t0
 
     def log_tail(self, n: int = 40) -> str:
         return f"(started outside this run: its log is where it was started; {n} lines not available here)"

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from moegate.e2e import scored, scored_verdicts, stats
-from moegate.e2e.greedy import Completion
+from moegate.e2e.run import read_raw
 
 
 def main(argv: list[str]) -> int:
@@ -27,10 +27,7 @@ def main(argv: list[str]) -> int:
     run = Path(argv[0])
     data = scored.read(run)
     assert data is not None
-    greedy_1 = {
-        lab: [Completion.from_record(c) for c in json.loads((run / f"greedy-{lab}.json").read_text())["greedy"]["1"]]
-        for lab in data.labels
-    }
+    greedy_1 = {lab: read_raw(run, lab).greedy[1] for lab in data.labels}
     m_w, m_d = stats.noise_max(data.seq_scores()), scored_verdicts.decode_noise(data, greedy_1)
     before, after = scored_verdicts.tie_bound(data), scored_verdicts.gsm8k_tie_bound(data, greedy_1)
     print(
