@@ -7,9 +7,11 @@
 #   plant                 a copy of vLLM at $HOME/vllm-plant whose moe_sum scales by 1 + $MOEGATE_PLANT_EPS
 #   planted-tier EPS      the kernel tier (ci) on the planted copy
 #   planted-sweep EPS N   moegate.kernels.sweep, N cases from seed 0, on the planted copy
+# STEP_TIMEOUT_S replaces a step's timeout and STEP_BUDGET_S a sweep's --budget-s, so several steps fit one
+# call (the call's limit is 600 s); MOEGATE_PROFILE (default ci) picks the tier's profile, e.g. nightly.
 set -uo pipefail
 : "${OUT:?}"
-export VLLM_USE_FLASHINFER_SAMPLER=0 TRITON_CACHE_DIR=$HOME/triton-agg MOEGATE_PROFILE=ci
+export VLLM_USE_FLASHINFER_SAMPLER=0 TRITON_CACHE_DIR=$HOME/triton-agg MOEGATE_PROFILE=${MOEGATE_PROFILE:-ci}
 site=${AGG_SITE:-$HOME/agg-vllm-site}
 plant=$HOME/agg-vllm-plant
 # builds are interpreters (python -m moegate.vllm.planted): the site's, and the planted copy's ahead of the site
@@ -22,28 +24,28 @@ probe)
     "$py" -m tools.probes.tf32_operands --json "$OUT/tf32.json" 2>&1 | tee "$OUT/tf32.log" ;;
 sweep)
     n=$1; shift
-    args=("$@"); [ ${#args[@]} -eq 0 ] && args=(--cases 5000 --workers 8 --budget-s 400)
+    args=("$@"); [ ${#args[@]} -eq 0 ] && args=(--cases 5000 --workers 8 --budget-s "${STEP_BUDGET_S:-400}")
     py=$(build "$HOME/agg-build" --site "$site")
-    timeout 540 "$py" -m moegate.kernels.sweep "${args[@]}" --json "$OUT/$n.json" >"$OUT/$n.log" 2>&1
+    timeout "${STEP_TIMEOUT_S:-540}" "$py" -m moegate.kernels.sweep "${args[@]}" --json "$OUT/$n.json" >"$OUT/$n.log" 2>&1
     echo "$n: exit $?"; grep -E "^(bench_kernels|worst|systematic|  )" "$OUT/$n.log" | head -70 ;;
 tier)
     n=$1
     py=$(build "$HOME/agg-build" --site "$site")
-    timeout 500 "$py" -m pytest tests/kernels -q -rfEs -s --junitxml="$OUT/$n.xml" >"$OUT/$n.log" 2>&1
+    timeout "${STEP_TIMEOUT_S:-500}" "$py" -m pytest tests/kernels -q -rfEs -s --junitxml="$OUT/$n.xml" >"$OUT/$n.log" 2>&1
     echo "$n: exit $?"; grep -E "systematic|DETECTED|passed|failed|skipped|error" "$OUT/$n.log" | tail -40 ;;
 plant)
     python3 -m tools.gpu.plant_moe_scale --site "$site" --dest "$plant" ;;
 planted-tier)
     eps=$1
     py=$(build "$HOME/agg-plant-build" --site "$plant" --site "$site")
-    MOEGATE_PLANT_EPS=$eps timeout 400 "$py" -m pytest tests/kernels -q -rfEs -s \
+    MOEGATE_PLANT_EPS=$eps timeout "${STEP_TIMEOUT_S:-400}" "$py" -m pytest tests/kernels -q -rfEs -s \
         --junitxml="$OUT/planted-tier-$eps.xml" >"$OUT/planted-tier-$eps.log" 2>&1
     echo "planted-tier $eps: exit $?"; grep -E "systematic|DETECTED|passed|failed|skipped|error" "$OUT/planted-tier-$eps.log" | tail -60 ;;
 planted-sweep)
     eps=$1 n=$2
     py=$(build "$HOME/agg-plant-build" --site "$plant" --site "$site")
-    MOEGATE_PLANT_EPS=$eps timeout 300 "$py" -m moegate.kernels.sweep --cases "$n" --workers 8 \
-        --budget-s 200 --json "$OUT/planted-sweep-$eps.json" >"$OUT/planted-sweep-$eps.log" 2>&1
+    MOEGATE_PLANT_EPS=$eps timeout "${STEP_TIMEOUT_S:-300}" "$py" -m moegate.kernels.sweep --cases "$n" --workers 8 \
+        --budget-s "${STEP_BUDGET_S:-200}" --json "$OUT/planted-sweep-$eps.json" >"$OUT/planted-sweep-$eps.log" 2>&1
     echo "planted-sweep $eps: exit $?"; grep -E "^(systematic|  )" "$OUT/planted-sweep-$eps.log" | head -50 ;;
 *)
     echo "systematic_runs.sh: unknown step $step" >&2; exit 2 ;;
