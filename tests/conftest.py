@@ -25,6 +25,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Torch computes on one CPU thread in the test process.
+
+    Every tier's CPU tensors are small (the unit tier's references: at most 12 experts, 9 tokens, hidden 16),
+    where torch's pool of one thread per core spins between operations instead of working: on the 2-core machine
+    two reference properties took 15.0 s with the pool and 2.2 s on one thread, and in the test command the spin
+    takes the core the other lane runs on. Child processes (servers, builds) keep their own defaults.
+    """
+    try:
+        import torch
+    except ImportError:  # the e2e driver's env has no torch
+        return
+    torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with its tier: the directory it lives in, so no test file repeats it."""
     for item in items:

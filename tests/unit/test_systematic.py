@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -67,15 +66,6 @@ class Pool:
     up: list[Sample]  # every output (1 + PLANTED) times the clean one, then rounded
     down: list[Sample]
     ieee: list[Sample]  # float32 only: full float32 products where the tensor cores take TF32
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """torch's CPU threads spin on a busy shared machine: one thread makes these small products 60 times faster."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
