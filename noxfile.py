@@ -151,7 +151,7 @@ def _e2e(session: nox.Session, gates: str, posargs: list[str], bless: bool = Fal
         f"--server-args={builds.server_args()}", f"--eval-python={eval_py}",
         f"--out={REPORTS / 'e2e-run'}", f"--report={REPORTS / 'e2e.md'}", *rest, *(["--bless"] if bless else []),
     ]  # fmt: skip
-    session.run(str(driver), *args, env=builds.e2e_server_env(), external=True)
+    session.run(str(driver), *args, env=builds.cpu_server_env(), external=True)
     builds.step_summary(REPORTS / "e2e.md")
 
 
@@ -221,7 +221,7 @@ def ab_smoke(session: nox.Session) -> None:
         f"--base-python={vllm_py}", f"--base-label={BASE}", f"--pr-python={vllm_py}", f"--pr-label={BASE}",
         f"--model={model}", f"--server-args={builds.server_args('1,2,4')}", f"--out={out}", *builds.AB_SMOKE,
     ]  # fmt: skip
-    session.run(str(driver_py), "-m", "moegate.ab", *args, external=True)
+    session.run(str(driver_py), "-m", "moegate.ab", *args, env=builds.cpu_server_env(), external=True)
 
 
 @nox.session(python=False)

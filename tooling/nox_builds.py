@@ -53,10 +53,10 @@ GPU_SERVER_ARGS = (
 """On a GPU the experts are UVA-offloaded by default: the host-resident rule is what the gate is for."""
 
 
-def e2e_server_env() -> dict[str, str]:
-    """What `nox -s e2e` adds to the servers' environment: both builds' servers are up together, so on a
-    CPU 1 GiB of KV cache each unless the caller says otherwise (at --gpu-memory-utilization 0.2 each
-    took 4 GiB and the second was killed for memory on a 24 GiB machine)."""
+def cpu_server_env() -> dict[str, str]:
+    """What the e2e and A/B sessions add to their servers' environment: on a CPU 1 GiB of KV cache each unless the
+    caller says otherwise. The e2e smoke's servers run together, and beside the A/B smoke's in the other lane; at
+    --gpu-memory-utilization 0.2 each took 4 GiB and a start was killed for memory on a 24 GiB machine."""
     return {} if on_gpu() or "VLLM_CPU_KVCACHE_SPACE" in os.environ else {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 

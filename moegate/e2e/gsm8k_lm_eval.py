@@ -29,6 +29,9 @@ from moegate.serve.processes import log_tail, stop_group
 
 # --- lm-eval -------------------------------------------------------------------
 
+LOCAL_LAUNCHER = Path(__file__).with_name("lm_eval_local.py")
+"""lm-eval's command line with its task index built from ``--include_path`` alone (the module says why)."""
+
 
 _CHECKED: dict[tuple[str, int], str] = {}
 """Interpreters found good in this process, keyed by path and mtime: a run checks once, not before each lm-eval run
@@ -95,8 +98,11 @@ def lm_eval_argv(
             "tokenized_requests=False",
         ]
     )
+    # the local task: lm-eval's command line without indexing its built-in tasks (lm_eval_local.py; -P: its folder,
+    # which has a datasets.py of its own, stays off the path)
+    entry = ["-P", str(LOCAL_LAUNCHER)] if include_path is not None else ["-m", "lm_eval"]
     argv = [
-        str(python), "-m", "lm_eval", "run",
+        str(python), *entry, "run",
         "--model", "local-completions",
         "--model_args", model_args,
         "--tasks", task,

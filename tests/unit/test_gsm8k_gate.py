@@ -125,7 +125,7 @@ def test_command_line() -> None:
         "/env/bin/python", base_url="http://127.0.0.1:8000/", model="tiny", task=gsm8k.LOCAL_TASK,
         include_path=Path("/run/tasks"), output_path=Path("/run/lm_eval"), limit=250,
     )  # fmt: skip
-    assert argv[:4] == ["/env/bin/python", "-m", "lm_eval", "run"]
+    assert argv[:4] == ["/env/bin/python", "-P", str(gsm8k_lm_eval.LOCAL_LAUNCHER), "run"]
     opts = dict(zip(argv[4::2], argv[5::2], strict=False))
     assert opts["--model"] == "local-completions"
     assert opts["--model_args"] == (
@@ -144,7 +144,7 @@ def test_builtin_task_has_no_include_path_and_keeps_the_dataset_cache(tmp_path: 
     argv = gsm8k.lm_eval_argv(
         "py", base_url="u", model="m", task="gsm8k", include_path=None, output_path=tmp_path, limit=1
     )
-    assert "--include_path" not in argv
+    assert "--include_path" not in argv and argv[:4] == ["py", "-m", "lm_eval", "run"]  # lm-eval's index of its tasks
     assert "HF_DATASETS_CACHE" not in gsm8k.lm_eval_env(tmp_path, local_data=False) or (
         gsm8k.lm_eval_env(tmp_path, local_data=False)["HF_DATASETS_CACHE"] != str(tmp_path / "hf_datasets_cache")
     )
