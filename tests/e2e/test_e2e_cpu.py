@@ -314,9 +314,13 @@ def _pids_on_port(port: str) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    "marker", ["POST /v1/completions", "POST /tokenize"], ids=["while generating", "while scoring"]
+    ("marker", "tokens"),
+    # killed at its first generation request, 128 tokens a prompt keep it busy; killed once generation is done,
+    # 16 tokens get it there sooner (1 and 4 in flight, 8 prompts each)
+    [("POST /v1/completions", 128), ("POST /tokenize", 16)],
+    ids=["while generating", "while scoring"],
 )
-def test_a_server_killed_mid_run_fails_the_gate_cleanly(group, tmp_path, marker):
+def test_a_server_killed_mid_run_fails_the_gate_cleanly(group, tmp_path, marker, tokens):
     """The run's own base server (the PR side attached to a running one) killed at its first generation request,
     or when the scoring phase starts (the base server tokenizing the prompts): the run stops with the dead
     server's log, exit 2, nothing written, none of its own processes left, and the server it was only
@@ -327,7 +331,7 @@ def test_a_server_killed_mid_run_fails_the_gate_cleanly(group, tmp_path, marker)
     cli = subprocess.Popen(
         [sys.executable, "-m", "moegate.e2e", "run", f"--base={group.python}", *group.side("pr", "second"),
          f"--model={group.model}", f"--server-args={SMOKE_SERVER_ARGS}", "--gates=greedy", "--prompts=8",
-         "--max-tokens=128", f"--out={out}", f"--report={tmp_path / 'e2e.md'}", f"--golden-dir={golden_dir}", "--bless"],
+         f"--max-tokens={tokens}", f"--out={out}", f"--report={tmp_path / 'e2e.md'}", f"--golden-dir={golden_dir}", "--bless"],
         cwd=ROOT, env={**SMOKE_ENV, **os.environ}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     log = out / "server-base.log"

