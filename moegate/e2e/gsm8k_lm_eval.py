@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from moegate.e2e.gsm8k_output import Gsm8kRun, read_run
+from moegate.e2e.gsm8k_output import Gsm8kRun, attach_decoded, read_run
 from moegate.e2e.gsm8k_task import (
     ALL_QUESTIONS,
     DEFAULT_LIMIT,
@@ -26,8 +26,12 @@ from moegate.e2e.gsm8k_task import (
     write_task_yaml,
 )
 from moegate.serve.processes import log_tail, stop_group
+from moegate.serve.recorder import Recorder
 
 # --- lm-eval -------------------------------------------------------------------
+
+DECODED = "decoded.jsonl"
+"""In a run's folder: the token ids the server generated for each of lm-eval's prompts (``moegate.serve.recorder``)."""
 
 LOCAL_LAUNCHER = Path(__file__).with_name("lm_eval_local.py")
 """lm-eval's command line with its task index built from ``--include_path`` alone (the module says why)."""
@@ -166,14 +170,15 @@ def run_gsm8k(
         include = run_dir / "tasks"
         write_task_yaml(include, checked, task)
     results_dir = run_dir / "lm_eval"
-    argv = lm_eval_argv(
-        python, base_url=base_url, model=model, task=task, include_path=include,
-        output_path=results_dir, limit=limit, num_concurrent=num_concurrent,
-    )  # fmt: skip
     log = run_dir / "lm_eval.log"
     t0 = time.monotonic()
-    with open(log, "wb") as fh:
-        fh.write(("# moegate: " + " ".join(argv) + "\n").encode())
+    # lm-eval talks to the server through the recorder, which keeps the token ids each response was decoded as
+    with Recorder(base_url, run_dir / DECODED) as rec, open(log, "wb") as fh:
+        argv = lm_eval_argv(
+            python, base_url=rec.url, model=model, task=task, include_path=include,
+            output_path=results_dir, limit=limit, num_concurrent=num_concurrent,
+        )  # fmt: skip
+        fh.write(f"# moegate: {' '.join(argv)}\n# moegate: {rec.url} records the ids {base_url} generates\n".encode())
         fh.flush()
         proc = subprocess.Popen(
             argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -196,7 +201,7 @@ def run_gsm8k(
         check_alive()  # a server that died is named as such, with its own log tail
     if code != 0:
         raise Gsm8kError(f"lm-eval exited with {code}; log {log}, last lines:\n{log_tail(log)}")
-    run = read_run(results_dir, task)
+    run = attach_decoded(read_run(results_dir, task), run_dir / DECODED)
     run.limit, run.seconds, run.command = limit, seconds, argv
     run.data_sha256 = dict(checked.sha256) if checked is not None else {}
     if len(run.records) != limit:

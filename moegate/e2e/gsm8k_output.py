@@ -26,6 +26,8 @@ class Gsm8kRun:
     seconds: float | None = None
     command: list[str] = field(default_factory=list)
     data_sha256: dict[str, str] = field(default_factory=dict)
+    decoded: dict[int, dict[str, list[int]]] = field(default_factory=dict)
+    """doc id -> the token ids the server decoded for it (``prompt_ids``, ``ids``), where a recorder kept them."""
 
 
 # --- reading lm-eval's output ----------------------------------------------------
@@ -155,6 +157,22 @@ def read_run(output_path: str | os.PathLike[str], task: str = LOCAL_TASK) -> Gsm
         if not math.isclose(mine[f], scores[f], rel_tol=0, abs_tol=1e-12):
             raise Gsm8kError(f"{results_path}: exact_match,{f} = {scores[f]} but the logged samples give {mine[f]}")
     return Gsm8kRun(task, len(recs), recs, scores, samples_path)
+
+
+def attach_decoded(run: Gsm8kRun, log: str | os.PathLike[str]) -> Gsm8kRun:
+    """Each question's decoded token ids from a recorder's log (``moegate.serve.recorder``), where its prompt hash and
+    its text match the record: lm-eval's response is the server's text unchanged, so a mismatch is left out."""
+    from moegate.serve import recorder
+
+    path = Path(log)
+    if not path.is_file():
+        return run
+    kept = recorder.decoded_by_prompt(path)
+    for r in run.records:
+        entry = kept.get(r["prompt_sha256"])
+        if entry is not None and entry["text"] == r["response"] and entry.get("prompt_ids") and entry.get("ids"):
+            run.decoded[int(r["doc_id"])] = {"prompt_ids": list(entry["prompt_ids"]), "ids": list(entry["ids"])}
+    return run
 
 
 # --- JSONL records ----------------------------------------------------------------

@@ -207,19 +207,25 @@ def rescore_gsm8k(
             prompts_text = {d: s["prompt"] for d, s in gsm8k.parse_samples(fh).items()}
     out = []
     for doc in differing:
-        if doc not in prompts_text:
+        da, db = getattr(base_run, "decoded", {}).get(doc), getattr(pr_run, "decoded", {}).get(doc)
+        decoded = da is not None and db is not None and da["prompt_ids"] == db["prompt_ids"]
+        if not decoded and doc not in prompts_text:
             out.append(
                 {"doc_id": doc, "explained": False, "reason": "the prompt text is not in the base run's samples"}
             )
             continue
-        ctx = sides[0].tokenize(prompts_text[doc], True)
-        ra = sides[0].tokenize(a[doc]["response"], False)
-        rb = sides[0].tokenize(b[doc]["response"], False)
+        if decoded:
+            # the ids each server decoded (recorded on the way to lm-eval): the divergence as it happened
+            context, ctx, ra, rb = "decoded", list(da["prompt_ids"]), list(da["ids"]), list(db["ids"])  # type: ignore[index]
+        else:  # no record of them (an older run's folder): the texts re-tokenized, which can merge decoded tokens
+            context = "re-tokenized"
+            ctx = sides[0].tokenize(prompts_text[doc], True)
+            ra = sides[0].tokenize(a[doc]["response"], False)
+            rb = sides[0].tokenize(b[doc]["response"], False)
         pos = greedy.first_divergence(ra, rb)
-        if pos is None:  # equal after re-tokenization: the texts differ only in a way the tokenizer folds
-            out.append(
-                {"doc_id": doc, "explained": True, "position": None, "reason": "token-identical once re-tokenized"}
-            )
+        if pos is None:  # equal token for token: the texts differ only in a way the tokenizer folds
+            out.append({"doc_id": doc, "explained": True, "position": None, "context": context,
+                        "reason": f"token-identical ({context})"})  # fmt: skip
             continue
         prefix = ctx + ra[:pos]
         probe = ra[pos] if pos < len(ra) else rb[pos]
@@ -231,7 +237,7 @@ def rescore_gsm8k(
         a_tok = ra[pos] if pos < len(ra) else tops[0][0][0]
         b_tok = rb[pos] if pos < len(rb) else tops[1][0][0]
         out.append({
-            "doc_id": doc, "position": pos, "context_tokens": len(ctx),
+            "doc_id": doc, "position": pos, "context_tokens": len(ctx), "context": context,
             "tokens": {labels[0]: a_tok, labels[1]: b_tok},
             "ended": [lab for lab, r in zip(labels, (ra, rb), strict=True) if pos >= len(r)],
             "top": {labels[0]: tops[0], labels[1]: tops[1]},

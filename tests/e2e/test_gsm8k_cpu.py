@@ -150,6 +150,9 @@ def test_same_build_twice_is_byte_identical(server: object, eval_py: Path, tmp_p
     # the few-shot prompts are drawn with a fixed seed: identical between runs
     assert [r["prompt_sha256"] for r in runs[0].records] == [r["prompt_sha256"] for r in runs[1].records]
     first, second = runs
+    # lm-eval went through the recorder: each response's decoded ids and its prompt's, the same in both runs
+    assert sorted(first.decoded) == list(range(LIMIT)), sorted(first.decoded)
+    assert all(d["ids"] and d["prompt_ids"] for d in first.decoded.values()) and first.decoded == second.decoded
     result = gsm8k.compare_runs(first, second, labels=("run1", "run2"))
     assert result.passed, result.details_markdown
     # the run folder keeps lm-eval's output; the records keep no question text
