@@ -67,7 +67,7 @@ REAL_MODEL_ARGS = (
 )
 """`nox -s e2e-real-model`: the change description's own setup, 16 GiB of experts UVA-offloaded."""
 AB_SMOKE = (
-    "--starts=2", "--concurrency=1,2,4", "--target-seconds=5", "--output-len=32", "--random-input-len=64",
+    "--starts=2", "--concurrency=1,2,4", "--target-seconds=2", "--output-len=32", "--random-input-len=64",
     "--no-evidence", "--expect-same", "--alpha=0.001",
 )  # fmt: skip
 """`nox -s ab-smoke`: one build as A and B on the CPU. alpha 0.001, not the gate's 0.05: an A/A
