@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.e2e.gsm8k_lm_eval import (
+    DECODED,
     check_lm_eval,
     lm_eval_argv,
     lm_eval_env,
@@ -49,6 +50,7 @@ from moegate.e2e.gsm8k_lm_eval import (
 )
 from moegate.e2e.gsm8k_output import (
     Gsm8kRun,
+    attach_decoded,
     parse_results,
     parse_samples,
     read_records,
@@ -93,6 +95,7 @@ __all__ = [
     "ALL_QUESTIONS",
     "CHECKSUMS",
     "DATA_ENV",
+    "DECODED",
     "DEFAULT_LIMIT",
     "EVAL_PYTHON_ENV",
     "FILTERS",
@@ -110,6 +113,7 @@ __all__ = [
     "Gsm8kError",
     "Gsm8kRun",
     "LmEvalMissing",
+    "attach_decoded",
     "check_lm_eval",
     "compare",
     "compare_runs",

@@ -302,6 +302,6 @@ def read_raw(out: Path, label: str) -> BuildRun:
         ("gsm8k", out / stem / "lm_eval"),
         ("gsm8k_repeat", out / f"{stem}-repeat" / "lm_eval"),
     ):
-        if folder.is_dir():
-            setattr(run, attr, gsm8k.read_run(folder))
+        if folder.is_dir():  # with the decoded ids where the run recorded them
+            setattr(run, attr, gsm8k.attach_decoded(gsm8k.read_run(folder), folder.parent / gsm8k.DECODED))
     return run

@@ -171,6 +171,29 @@ def test_an_independent_start_of_the_same_build_matches_the_blessed_goldens(same
         assert f"| {gate} | PASS |" in page, gate
 
 
+def test_each_gsm8k_run_kept_every_responses_decoded_ids_and_no_question_text(same_build):
+    """lm-eval reached each server through the recorder: every response's decoded ids and its prompt's are kept
+    beside the run, the same build decoded the same ids twice, every run asked the same seeded few-shot prompts,
+    and the records (what goldens are made of) hold no question text."""
+    from moegate.e2e import gsm8k
+
+    limit = int(SMOKE_SIZE[3].split("=")[1])
+    runs = {}
+    for name in ("gsm8k-base", "gsm8k-base-repeat", "gsm8k-pr", "gsm8k-pr-repeat"):
+        folder = same_build.raw / name
+        runs[name] = gsm8k.attach_decoded(gsm8k.read_run(folder / "lm_eval"), folder / gsm8k.DECODED)
+    for name, run in runs.items():
+        assert [r["doc_id"] for r in run.records] == list(range(limit)), name
+        assert sorted(run.decoded) == list(range(limit)), (name, sorted(run.decoded))
+        assert all(d["ids"] and d["prompt_ids"] for d in run.decoded.values()), name
+    assert runs["gsm8k-base"].decoded == runs["gsm8k-base-repeat"].decoded
+    assert len({tuple(r["prompt_sha256"] for r in run.records) for run in runs.values()}) == 1
+    samples = runs["gsm8k-base"].samples_path
+    assert samples is not None
+    question = json.loads(samples.read_text().splitlines()[0])["doc"]["question"]
+    assert all(question not in json.dumps(run.records) for run in runs.values())
+
+
 @dataclass
 class DifferentRun:
     proc: subprocess.CompletedProcess[str]
