@@ -26,13 +26,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Torch computes on one CPU thread in the test process.
+    """No test writes into a CI job's summary, and torch computes on one CPU thread in the test process.
+
+    ``$GITHUB_STEP_SUMMARY`` is dropped for the session and every process it starts: the A/B and power command
+    lines append their pages to it, and in the replayed unit job a test's stand-in A/B report appeared on the
+    job's summary page (results/ci-replay.md).
 
     Every tier's CPU tensors are small (the unit tier's references: at most 12 experts, 9 tokens, hidden 16),
     where torch's pool of one thread per core spins between operations instead of working: on the 2-core machine
     two reference properties took 15.0 s with the pool and 2.2 s on one thread, and in the test command the spin
     takes the core the other lane runs on. Child processes (servers, builds) keep their own defaults.
     """
+    os.environ.pop("GITHUB_STEP_SUMMARY", None)
     try:
         import torch
     except ImportError:  # the e2e driver's env has no torch

@@ -70,10 +70,13 @@ def commands(py: str, work: Path) -> list[Command]:
         Command((py, "-m", "moegate.ci.junit_min", str(work / "one.xml"), "--min", "1", "--prefix", "tests.x"), 0, ""),
         Command((py, "-m", "moegate.kernels.sweep", "--cases", "4", "--workers", "2"), 2, "vLLM is not importable"),
         Command((py, "-m", "moegate.power", "--vllm-python", str(work / "none")), 2, "moegate power:"),
+        # their pages into the scratch folder: by default they go to the checkout's reports/, which a CI job
+        # publishes as its summary (the replayed unit job showed this command's ERROR page there)
         Command((py, "-m", "moegate.e2e", "run", "--base", str(work / "none"), "--pr", str(work / "none"),
-                 "--model", str(work / "none")), 2, "moegate.e2e"),
+                 "--model", str(work / "none"), "--out", str(work / "e2e-run"), "--report", str(work / "e2e.md")),
+                2, "moegate.e2e"),
         Command((py, "-m", "moegate.ab", "--base-python", str(work / "none"), "--pr-python", str(work / "none"),
-                 "--model", str(work / "none"), "--random-input-len", "8"), 2, ""),
+                 "--model", str(work / "none"), "--random-input-len", "8", "--out", str(work / "ab")), 2, ""),
     ]  # fmt: skip
     return out
 

@@ -95,9 +95,14 @@ def _power_argv(pkg: Path, out: Path, test_command: str, *, timeout_s: int) -> l
     ]  # fmt: skip
 
 
+_ENV = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+"""The power runs below get no job summary to write to (these tests run with --noconftest, so the root conftest's
+rule does not reach them): in the replayed power job this module's synthetic run put a FAIL page on the summary."""
+
+
 def _start_run(tmp_path: Path, pkg: Path) -> subprocess.Popen[bytes]:
     """A power run whose test command passes at once on unmutated code and hangs on a mutant."""
-    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    env = {**_ENV, "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir(exist_ok=True)
     original = tmp_path / "original.py"
     original.write_text(FUSED)
@@ -175,7 +180,7 @@ def test_a_full_run_on_a_synthetic_package_scores_and_restores(tmp_path: Path) -
         'print(\'MOEGATE-POWER \' + (\'{"first_failure_s": null}\' if ok else \'{"first_failure_s": 0.0, "failing_test": "probe"}\'))\n'
         "sys.exit(0 if ok else 1)\n"
     )
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env = {**_ENV, "TMPDIR": str(tmp_path)}
     out = subprocess.run(
         _power_argv(pkg, tmp_path / "out", f"{BUILD_PYTHON} {probe}", timeout_s=30),
         env=env,

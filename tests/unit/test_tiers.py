@@ -1,7 +1,9 @@
-"""Tier markers come from the directory a test lives in (``tests/conftest.py``), and match pyproject's list."""
+"""Tier markers come from the directory a test lives in (``tests/conftest.py``), and match pyproject's list; the
+session set-up every tier shares."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -33,3 +35,12 @@ def test_selecting_by_marker_selects_by_directory() -> None:
     ).stdout  # fmt: skip
     ids = [line for line in out.splitlines() if "::" in line]
     assert ids and all(i.startswith("tests/kernels/") for i in ids), out[-2000:]
+
+
+def test_a_test_session_leaves_the_ci_jobs_summary_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command lines tests run append pages to ``$GITHUB_STEP_SUMMARY``; the session drops it for every process."""
+    import tests.conftest
+
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", "/tmp/the-jobs-summary.md")
+    tests.conftest.pytest_configure(pytest.Config.__new__(pytest.Config))
+    assert "GITHUB_STEP_SUMMARY" not in os.environ
