@@ -3,6 +3,8 @@
     python bench/bench_routing.py [--hot-experts 32 --router-skew 1.0] [--samples 2000]
     python bench/bench_routing.py --routing-json OUT.json [--steps 200] [--layers 4] [--model DIR]
         [--router-input forward|embedding] [--seed 0]
+    python bench/bench_routing.py --routing-json OUT.json --model DIR --text sharegpt.json [--sequences 256]
+        [--greedy] [--device cuda]
 
 Without ``--routing-json``: builds the `wide` preset with one layer, with and without router
 skew, and prints (token, expert) pairs per unique expert in the top-8 for 1-8 tokens a step
@@ -16,6 +18,13 @@ skew, and prints (token, expert) pairs per unique expert in the top-8 for 1-8 to
   one vector common to every token (every embedding carries the skew direction, so every value
   vector shares a component), so the router input is nearly the same for every token and a
   step's tokens share far more experts than the embedding-only figure says.
+
+With ``--text FILE`` (the ShareGPT JSON list the A/B serves; needs ``--model``, a built model with
+its tokenizer): the table comes from that model's forward pass over the first ``--sequences``
+qualifying texts instead of random tokens (``moegate.model.text_routing.text_sequences``: the
+prompt, then its later turns' first 128 tokens, teacher-forced); ``--greedy`` decodes the model's
+own greedy continuation of each prompt instead, as the A/B's server does. This is the sample
+and the printout for the trained model and the text-routed wide model (``results/ab-text-routing.md``).
 
 With ``--routing-json``: builds the skewed wide model with ``--layers`` layers (4, as the H200's
 A/B model; or reads ``--model``, an already built one), draws ``--steps`` decode steps at each
@@ -178,7 +187,9 @@ def _write_sample(args: argparse.Namespace) -> int:
             skew = {"hot_experts": args.hot_experts, "router_skew": args.router_skew}
             model = build(Path(tmp) / "wide", preset="wide", layers=args.layers, **skew)
         print(f"model {model}: hash {model_hash(model)}", flush=True)
-        if args.router_input == "forward":
+        if args.text is not None:
+            table = _text_table(model, args)
+        elif args.router_input == "forward":
             table = forward_topk(model, seed=args.seed)
         else:
             config = json.loads((model / "config.json").read_text())
@@ -187,7 +198,12 @@ def _write_sample(args: argparse.Namespace) -> int:
     write_routing_json(args.routing_json, sample)
     layers = len(table)
     print(
-        f"{args.routing_json}: {args.steps} steps x {layers} layer(s) per concurrency, router input {args.router_input}"
+        f"{args.routing_json}: {args.steps} steps x {layers} layer(s) per concurrency, router input "
+        + (
+            f"{'greedy decode of ' if args.greedy else ''}{args.sequences} texts of {args.text}"
+            if args.text
+            else args.router_input
+        )
     )
     for c in CONCURRENCY:
         per_layer = [pairs_per_unique(sample[c][i::layers]) for i in range(layers)]
@@ -196,6 +212,17 @@ def _write_sample(args: argparse.Namespace) -> int:
             + (" (" + ", ".join(f"layer {i}: {r:.2f}" for i, r in enumerate(per_layer)) + ")" if layers > 1 else "")
         )
     return 0
+
+
+def _text_table(model_dir: Path, args: argparse.Namespace) -> list[list[list[list[int]]]]:
+    from moegate.model import router_fit, text_routing
+
+    model = router_fit.load_model(model_dir, args.device)
+    records = text_routing.read_records(args.text)
+    seqs = text_routing.text_sequences(records, router_fit.load_tokenizer(model_dir), args.sequences)
+    if args.greedy:
+        seqs = router_fit.greedy_continuations(model, seqs)
+    return router_fit.decode_topk(model, seqs)
 
 
 def _printout(args: argparse.Namespace) -> int:
@@ -232,10 +259,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, help="an already built model to sample instead of building one")
     ap.add_argument("--router-input", choices=("forward", "embedding"), default="forward")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--text", type=Path, help="ShareGPT JSON list: route the model's forward pass over its texts")
+    ap.add_argument("--sequences", type=int, default=256, help="with --text: how many texts")
+    ap.add_argument("--greedy", action="store_true", help="with --text: decode the model's own greedy tokens")
+    ap.add_argument("--device", default=None, help="with --text: where the forward pass runs (default: cpu)")
     args = ap.parse_args(argv)
     problem = None
     if args.steps < 1 or args.samples < 1 or args.layers < 1:
         problem = f"--steps, --samples and --layers must be >= 1 (got {args.steps}, {args.samples}, {args.layers})"
+    elif args.text is not None and (args.model is None or args.routing_json is None or not args.text.is_file()):
+        problem = f"--text {args.text} needs to be a file, with --model DIR and --routing-json OUT"
+    elif args.greedy and args.text is None:
+        problem = "--greedy needs --text"
     elif args.routing_json is not None:
         problem = _check_output(args.routing_json)
     if problem is None and args.model is not None and not (args.model / "config.json").is_file():

