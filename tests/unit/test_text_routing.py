@@ -177,3 +177,22 @@ def test_bias_fit_refuses_a_target_that_is_not_top_k_experts_a_token():
 
     with pytest.raises(ValueError, match="not top_k=4"):
         fit_bias(torch.zeros(10, 8), torch.ones(10), torch.full((8,), 0.25), 4)
+
+
+def test_builder_refuses_a_text_routing_it_cannot_fit_before_building(tmp_path):
+    from moegate.model.tiny_model import build
+
+    target, text, data = _target(tmp_path), tmp_path / "s.json", tmp_path / "train.jsonl"
+    text.write_text("[]")
+    data.write_text("{}\n")
+    cases = [
+        ({"routing_from": target}, "needs --routing-text"),
+        ({"routing_from": target, "routing_text": tmp_path / "missing.json"}, "both files"),
+        ({"routing_from": target, "routing_text": text}, "pass --tokenizer-data"),
+        ({"routing_from": target, "routing_text": text, "tokenizer_data": data, "hot_experts": 32, "router_skew": 1.0},
+         "replaces the router skew"),
+    ]  # fmt: skip
+    for kw, message in cases:
+        with pytest.raises(ValueError, match=message):
+            build(tmp_path / "m", preset="wide", **kw)
+    assert not (tmp_path / "m").exists()
