@@ -156,7 +156,7 @@ def router_inputs(model: Any, layer: int, seqs: Sequence[TextSequence]) -> Any:
                     pass
                 x = captured[0].reshape(len(group), width, -1)
                 for row, i in enumerate(group):
-                    parts[i] = x[row, len(seqs[i].prompt) : len(seqs[i].tokens)]
+                    parts[i] = x[row, len(seqs[i].prompt) : len(seqs[i].tokens)].clone()  # not a view of the batch
     finally:
         handle.remove()
     return torch.cat([parts[i] for i in range(len(seqs))])
