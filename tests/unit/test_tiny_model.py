@@ -131,7 +131,7 @@ def test_existing_directory_needs_overwrite_and_a_failed_build_leaves_nothing(tm
     with pytest.raises(FileExistsError, match="pass overwrite=True"):
         build(out, **SMALL)
 
-    def boom(path: Path, spec: TinyMoESpec) -> None:
+    def boom(path: Path, spec: TinyMoESpec, *rest: object) -> None:
         (path / "partial").write_text("half")
         raise RuntimeError("disk full")
 
