@@ -62,9 +62,12 @@ class Recorder:
 
     def forward(self, method: str, path: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, str, bytes]:
         """The upstream's status, content type and body (completions: ids recorded, then removed)."""
-        record = method == "POST" and path.split("?")[0] == COMPLETIONS
-        if record:
+        request: dict[str, Any] = {}
+        if method == "POST" and path.split("?")[0] == COMPLETIONS:
             request = json.loads(body)
+        # a streamed answer (lm-eval's does not stream) or one without a prompt passes through as it is
+        record = isinstance(request, dict) and "prompt" in request and not request.get("stream")
+        if record:
             request["return_token_ids"] = True
             body = json.dumps(request).encode()
         conn = http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT_S)

@@ -173,3 +173,11 @@ def test_the_log_is_new_for_each_recorder(upstream, tmp_path):
         post(rec.url, {"prompt": "a"})
     assert [e["text"] for e in recorder.read(log)] == ["a"]
     assert not Path(log).read_text().count("stale")
+
+
+def test_a_streamed_request_passes_through_unrecorded(upstream, tmp_path):
+    log = tmp_path / "decoded.jsonl"
+    with recorder.Recorder(upstream, log) as rec:
+        reply = post(rec.url, {"prompt": "ab", "stream": True})
+    assert Upstream.asked_for_ids == [False] and reply["choices"][0]["text"] == "ba"
+    assert list(recorder.read(log)) == []
