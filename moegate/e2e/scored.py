@@ -201,23 +201,29 @@ def rescore_gsm8k(
     differing = sorted(d for d in a.keys() & b.keys() if a[d]["response"] != b[d]["response"])
     if not differing:
         return []
-    prompts_text: dict[int, str] = {}
-    if base_run.samples_path is not None:
+
+    def decoded(doc: int) -> tuple[list[int], list[int], list[int]] | None:
+        """Prompt and both responses as the servers decoded them (recorded on the way to lm-eval), if both were."""
+        da, db = base_run.decoded.get(doc), pr_run.decoded.get(doc)
+        if da is None or db is None or da["prompt_ids"] != db["prompt_ids"]:
+            return None
+        return list(da["prompt_ids"]), list(da["ids"]), list(db["ids"])
+
+    recorded = {doc: decoded(doc) for doc in differing}
+    prompts_text: dict[int, str] = {}  # the texts, only where a question has no record
+    if base_run.samples_path is not None and None in recorded.values():
         with open(base_run.samples_path, encoding="utf-8") as fh:
             prompts_text = {d: s["prompt"] for d, s in gsm8k.parse_samples(fh).items()}
     out = []
-    for doc in differing:
-        da, db = getattr(base_run, "decoded", {}).get(doc), getattr(pr_run, "decoded", {}).get(doc)
-        decoded = da is not None and db is not None and da["prompt_ids"] == db["prompt_ids"]
-        if not decoded and doc not in prompts_text:
+    for doc, ids in recorded.items():
+        if ids is not None:  # the divergence as it happened
+            context, (ctx, ra, rb) = "decoded", ids
+        elif doc not in prompts_text:
             out.append(
                 {"doc_id": doc, "explained": False, "reason": "the prompt text is not in the base run's samples"}
             )
             continue
-        if decoded:
-            # the ids each server decoded (recorded on the way to lm-eval): the divergence as it happened
-            context, ctx, ra, rb = "decoded", list(da["prompt_ids"]), list(da["ids"]), list(db["ids"])  # type: ignore[index]
-        else:  # no record of them (an older run's folder): the texts re-tokenized, which can merge decoded tokens
+        else:  # no record (an older run's folder): the texts re-tokenized, which can merge decoded tokens
             context = "re-tokenized"
             ctx = sides[0].tokenize(prompts_text[doc], True)
             ra = sides[0].tokenize(a[doc]["response"], False)
