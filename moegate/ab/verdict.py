@@ -59,6 +59,7 @@ could not measure.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -123,14 +124,26 @@ def welch(base: Sequence[float], pr: Sequence[float]) -> Welch | None:
     return Welch(d=d, se=se, df=df, p=p)
 
 
+_LOG_MAX = math.log(sys.float_info.max)
+
+
+def _exp(x: float) -> float:
+    """``exp`` that ends at the largest float: a bound past it stays a number in verdict.json (valid JSON)."""
+    return math.exp(min(x, _LOG_MAX))
+
+
 def _interval(w: Welch, confidence: float) -> tuple[float, float]:
-    """Welch interval for the ratio at ``confidence`` (exp of the log-scale interval)."""
+    """Welch interval for the ratio at ``confidence`` (exp of the log-scale interval).
+
+    With two starts a side Welch can have about one degree of freedom, and at Holm's strictest alpha the
+    t quantile runs to thousands: a widely spread pair of starts (a loaded machine) put the upper log bound
+    past 709, where ``math.exp`` overflows. Such a bound is given as the largest float (``_exp``)."""
     from scipy import stats
 
     if w.se == 0.0:
-        return (math.exp(w.d), math.exp(w.d))
+        return (_exp(w.d), _exp(w.d))
     half = float(stats.t.ppf(0.5 + confidence / 2.0, w.df)) * w.se
-    return (math.exp(w.d - half), math.exp(w.d + half))
+    return (_exp(w.d - half), _exp(w.d + half))
 
 
 def holm(pvalues: Mapping[int, float]) -> dict[int, float]:
