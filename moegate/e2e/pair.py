@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -135,10 +135,16 @@ def start_together(servers: Sequence[Server]) -> None:
 
 def start_and_describe(builds: Sequence[Build], servers: Sequence[Server]) -> list[dict[str, Any]]:
     """Each build described by its own interpreter (``Build.describe``) while the servers start: both are
-    mostly an import of vLLM, side by side. A build that cannot describe itself is the error reported,
-    ahead of its server's failure to start."""
+    mostly an import of vLLM, side by side. Builds of one interpreter and environment (the same build served
+    twice, or with other flags) are described once: the description is the interpreter's. A build that cannot
+    describe itself is the error reported, ahead of its server's failure to start."""
+    keys = [(b.python, tuple(sorted(b.env.items()))) for b in builds]
     with ThreadPoolExecutor(len(builds)) as pool:
-        described = [pool.submit(b.describe) for b in builds]
+        once: dict[tuple[str, tuple[tuple[str, str], ...]], Future[dict[str, Any]]] = {}
+        for b, key in zip(builds, keys, strict=True):
+            if key not in once:
+                once[key] = pool.submit(b.describe)
+        described = [once[key] for key in keys]
         try:
             start_together(servers)
         except BaseException:
@@ -146,7 +152,7 @@ def start_and_describe(builds: Sequence[Build], servers: Sequence[Server]) -> li
                 if isinstance(f.exception(), BuildError):
                     raise f.exception() from None  # type: ignore[misc]
             raise
-        return [f.result() for f in described]
+        return [dict(f.result()) for f in described]
 
 
 def _alive(srv: Server | AttachedServer) -> Callable[[], None]:

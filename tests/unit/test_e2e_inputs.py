@@ -93,3 +93,24 @@ def test_a_build_whose_vllm_does_not_import_is_one_line(tmp_path):
         Build("base", str(python), {"STANDIN_SAYS": "a broken stand-in"}).describe()
     with pytest.raises(BuildError, match="no interpreter"):
         Build("base", str(tmp_path / "python")).describe()
+
+
+def test_builds_of_one_interpreter_and_environment_are_described_once(tmp_path):
+    """The same build served twice (or with other flags) is one interpreter: its description, mostly an import of
+    vLLM, is read once; another environment is another description."""
+    from moegate.e2e.pair import start_and_describe
+
+    (tmp_path / "site" / "vllm").mkdir(parents=True)
+    (tmp_path / "site" / "vllm" / "__init__.py").write_text(
+        "import os\n__version__ = '0.0.1'\n"
+        "with open(os.environ['STANDIN_COUNT'], 'a') as fh:\n    fh.write('imported\\n')\n"
+    )  # a stand-in vLLM that counts its imports
+    python = str(make_build(tmp_path / "build", sys.executable, sites=(str(tmp_path / "site"),)))
+    count = tmp_path / "imports"
+    env = {"STANDIN_COUNT": str(count)}
+    builds = [Build("base", python, env), Build("pr", python, env, ("--dtype", "float32"))]
+    infos = start_and_describe(builds, [])
+    assert [i["vllm"] for i in infos] == ["0.0.1", "0.0.1"] and infos[0] is not infos[1]
+    assert count.read_text().splitlines() == ["imported"]
+    start_and_describe([builds[0], Build("pr", python, {**env, "OTHER": "1"})], [])
+    assert len(count.read_text().splitlines()) == 3
