@@ -53,11 +53,28 @@ GPU_SERVER_ARGS = (
 """On a GPU the experts are UVA-offloaded by default: the host-resident rule is what the gate is for."""
 
 
+CPU_SERVER_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE",
+    "OMP_NUM_THREADS": "1",
+}  # fmt: skip
+"""A CPU server's environment in the sessions (measured on the 2-core machine, results/ci-time.md):
+
+- 1 GiB of KV cache: the e2e smoke's servers run together, and beside the A/B smoke's in the other lane; at
+  --gpu-memory-utilization 0.2 each took 4 GiB and a start was killed for memory on a 24 GiB machine;
+- the model run in the engine's process instead of a third process of its own, which imports vLLM once more:
+  a start 13.8 CPU-s instead of 20.7;
+- one OpenMP thread, unbound. vLLM's default gives its worker every core but one, bound: here one thread, every
+  server's on core 0. The thread count changes the rounding (two threads moved a 2,000-token prompt's logprobs
+  in the fifth digit), so one thread keeps the committed goldens' numerics on a runner with more cores;
+- threads that sleep when they wait instead of spinning: beside a busy process a server spent 20 CPU-s serving
+  32 requests that take 7.5 alone; passive, 4.4 CPU-s and 4.8 s instead of 10.7 s.
+"""
+
+
 def cpu_server_env() -> dict[str, str]:
-    """What the e2e and A/B sessions add to their servers' environment: on a CPU 1 GiB of KV cache each unless the
-    caller says otherwise. The e2e smoke's servers run together, and beside the A/B smoke's in the other lane; at
-    --gpu-memory-utilization 0.2 each took 4 GiB and a start was killed for memory on a 24 GiB machine."""
-    return {} if on_gpu() or "VLLM_CPU_KVCACHE_SPACE" in os.environ else {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    """What the e2e and A/B sessions add to their servers' environment on a CPU: ``CPU_SERVER_ENV``, each variable
+    unless the caller set it."""
+    return {} if on_gpu() else {k: v for k, v in CPU_SERVER_ENV.items() if k not in os.environ}
 
 
 REAL_MODEL = "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8"

@@ -29,6 +29,7 @@ import pytest
 from moegate.e2e import gsm8k
 from moegate.e2e.gsm8k import Gsm8kError, LmEvalMissing
 from tests.support import ROOT
+from tests.support.e2e import SMOKE_ENV
 
 SERVER_ARGS = (
     "--max-model-len", "4096", "--enforce-eager", "--dtype", "bfloat16",
@@ -88,7 +89,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, eval_py: Path, data: gsm8k.
     from moegate.serve.build import Build
     from moegate.serve.server import Server
 
-    build = Build("base", str(_vllm_python()), {"VLLM_CPU_KVCACHE_SPACE": "1"})
+    build = Build("base", str(_vllm_python()), SMOKE_ENV)
     log = tmp_path_factory.mktemp("server") / "server.log"
     with Server(build, _model(), SERVER_ARGS, log_path=log) as srv:
         yield srv

@@ -21,9 +21,13 @@ responses were not reproducible even on the CPU (a same-server repeat changed 1 
 fails by chance would cry wolf; the self-check that catches that is what the gate does at 4 in flight.
 ``--gsm8k-detect=1.0``: at 10 questions the exact McNemar test resolves nothing smaller than 9 answers
 all one way (docs/e2e-rules.md), so that is what the smoke promises; the default 0.05 would grow it to 40."""
-SMOKE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
-"""Both builds' servers are up together: 1 GiB of KV cache each (without it each took 4 GiB of this
-24 GiB machine, and the second was killed for memory)."""
+SMOKE_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE",
+    "OMP_NUM_THREADS": "1",
+}  # fmt: skip
+"""The smoke's servers' environment, as the sessions give theirs (``tooling/nox_builds.CPU_SERVER_ENV``, which says
+why): 1 GiB of KV cache each, the model run in the engine's process on one OpenMP thread that sleeps
+when it waits."""
 
 
 def run_e2e(*args: str, timeout_s: float = 1500, cmd: str = "run") -> subprocess.CompletedProcess[str]:

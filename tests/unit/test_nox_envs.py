@@ -133,6 +133,22 @@ def test_ab_default_server_args_bound_the_kv_share_and_admit_the_top_level(monke
     assert args[args.index("--max-num-seqs") + 1] == "16"
 
 
+def test_a_cpu_servers_environment_is_the_sessions_and_the_smokes_and_leaves_the_callers_alone(monkeypatch):
+    """The sessions' CPU servers and the e2e smoke's own get one environment; a variable the caller set is kept."""
+    from tests.support.e2e import SMOKE_ENV
+
+    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: None)  # a CPU machine
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert nox_builds.cpu_server_env() == nox_builds.CPU_SERVER_ENV == SMOKE_ENV
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    assert "VLLM_CPU_KVCACHE_SPACE" not in nox_builds.cpu_server_env()
+    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: "/usr/bin/nvidia-smi")  # a GPU: vLLM's defaults
+    assert nox_builds.cpu_server_env() == {}
+
+
 def test_the_unit_pythons_are_the_classifiers_versions():
     pyproject = {
         "project": {"classifiers": ["Programming Language :: Python :: 3", "Programming Language :: Python :: 3.13"]}
