@@ -57,17 +57,16 @@ CPU_SERVER_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE",
     "OMP_NUM_THREADS": "1",
 }  # fmt: skip
-"""A CPU server's environment in the sessions (measured on the 2-core machine, results/ci-time.md):
+"""A CPU server's environment in the sessions (why, measured by ``python -m bench.bench_cpu_server``:
+results/ci-time.md, "One thread that sleeps"):
 
 - 1 GiB of KV cache: the e2e smoke's servers run together, and beside the A/B smoke's in the other lane; at
   --gpu-memory-utilization 0.2 each took 4 GiB and a start was killed for memory on a 24 GiB machine;
-- the model run in the engine's process instead of a third process of its own, which imports vLLM once more:
-  a start 13.8 CPU-s instead of 20.7;
-- one OpenMP thread, unbound. vLLM's default gives its worker every core but one, bound: here one thread, every
-  server's on core 0. The thread count changes the rounding (two threads moved a 2,000-token prompt's logprobs
-  in the fifth digit), so one thread keeps the committed goldens' numerics on a runner with more cores;
-- threads that sleep when they wait instead of spinning: beside a busy process a server spent 20 CPU-s serving
-  32 requests that take 7.5 alone; passive, 4.4 CPU-s and 4.8 s instead of 10.7 s.
+- the model run in the engine's process instead of a third process of its own, which imports vLLM once more;
+- one OpenMP thread, unbound. vLLM's default gives its worker every core but one, bound: on 2 cores one thread,
+  every server's on core 0. The thread count changes the rounding (two threads moved a long prompt's logprobs),
+  so one thread keeps the committed goldens' numerics on a runner with more cores;
+- threads that sleep when they wait: spinning ones burnt the cores that the processes beside them needed.
 """
 
 
