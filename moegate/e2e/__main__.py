@@ -77,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--golden-dir", default=str(GOLDEN_DIR), help="the goldens' folder (default: the committed one)")
     c.add_argument("--strict", action="store_true", help="byte identity (a raw folder without scores.json needs it)")
     c.add_argument("--gsm8k-detect", type=float, default=0.05, help="exact_match difference to resolve")
+    c.add_argument("--gsm8k-cap", type=int, default=None, help="the run's --gsm8k-cap (the verdict quotes it)")
     pr = sub.add_parser("prompts", help="the greedy gate's prompt set")
     g = pr.add_mutually_exclusive_group(required=True)
     g.add_argument("--select", type=int, metavar="N", help="rewrite golden/e2e/sharegpt-prompts.json with N prompts")
@@ -200,7 +201,7 @@ def _compare(args: argparse.Namespace) -> int:
         model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=tuple(args.gates.split(",")),
         in_flight=in_flight, max_tokens=args.max_tokens, gsm8k_limit=args.gsm8k_limit, bless=args.bless,
         gsm8k_in_flight=args.gsm8k_in_flight, golden_dir=Path(args.golden_dir), strict=args.strict,
-        gsm8k_detect=args.gsm8k_detect,
+        gsm8k_detect=args.gsm8k_detect, gsm8k_cap=args.gsm8k_cap,
     )  # fmt: skip
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
     results = pair.compare(runs[0], runs[1], opts, decode, scored.read(raw))
