@@ -65,7 +65,8 @@ results/ci-time.md, "One thread that sleeps"):
 - the model run in the engine's process instead of a third process of its own, which imports vLLM once more;
 - one OpenMP thread, unbound. vLLM's default gives its worker every core but one, bound: on 2 cores one thread,
   every server's on core 0. The thread count changes the rounding (two threads moved a long prompt's logprobs),
-  so one thread keeps the committed goldens' numerics on a runner with more cores;
+  so one thread should keep the committed goldens' numerics on a runner with more cores (not measured: this
+  machine has two);
 - threads that sleep when they wait: spinning ones burnt the cores that the processes beside them needed.
 """
 
