@@ -31,18 +31,15 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def group_cpu_s(pgid: int) -> float:
-    """User + system seconds of every live process in the group."""
+    """User + system seconds of every live process in the group (``/proc/PID/stat``: pgrp, utime, stime)."""
     total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            if os.getpgid(int(entry)) != pgid:
-                continue
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        total += int(fields[11]) + int(fields[12])
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
     return total / TICKS
 
 

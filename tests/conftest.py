@@ -33,9 +33,9 @@ def pytest_configure(config: pytest.Config) -> None:
     job's summary page (results/ci-replay.md).
 
     Every tier's CPU tensors are small (the unit tier's references: at most 12 experts, 9 tokens, hidden 16),
-    where torch's pool of one thread per core spins between operations instead of working: on the 2-core machine
-    two reference properties took 15.0 s with the pool and 2.2 s on one thread, and in the test command the spin
-    takes the core the other lane runs on. Child processes (servers, builds) keep their own defaults.
+    where torch's pool of one thread per core spins between operations instead of working, and in the test
+    command the spin takes the core the other lane runs on (measured: results/ci-time.md, "Less CPU work").
+    Child processes (servers, builds) keep their own defaults.
     """
     os.environ.pop("GITHUB_STEP_SUMMARY", None)
     try:

@@ -76,8 +76,8 @@ def pytest_totals(log: str) -> dict[str, int]:
 def plan(sessions: Sequence[str], lanes: int, durations: Mapping[str, float]) -> list[list[str]]:
     """Longest processing time first: each session, longest first, to the lane with the least work.
 
-    The two server smokes may share the machine: their servers take about 1.2 GB each with 1 GiB of KV cache
-    (``nox_builds.cpu_server_env``), five at most at once (results/ci-time.md)."""
+    The two server smokes may share the machine: with 1 GiB of KV cache each (``nox_builds.CPU_SERVER_ENV``) their
+    servers, five at most at once, fit its memory (results/ci-time.md)."""
     lanes = max(1, min(lanes, len(sessions) or 1))
     out: list[list[str]] = [[] for _ in range(lanes)]
     load = [0.0] * lanes

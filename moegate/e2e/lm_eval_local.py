@@ -2,9 +2,8 @@
 
 ``python -P lm_eval_local.py run ... --include_path DIR`` is ``python -m lm_eval run ...`` with one difference:
 lm-eval builds its task index from DIR only (``TaskManager(include_defaults=False)``, lm-eval's own switch, which
-its command line does not offer), not also from its 14,684 built-in task files, read on every start. That index
-took 9.2 s of CPU on the 2-core machine, against 1.6 s for importing lm-eval (``TaskManager`` timed with and
-without the defaults, lm-eval 0.4.13). The gate's local GSM8K task (``gsm8k_task.write_task_yaml``) is
+its command line does not offer), not also from its 14,684 built-in task files, read on every start: most of an
+lm-eval start's CPU time on the 2-core machine (results/ci-time.md, "Less CPU work"). The gate's local GSM8K task (``gsm8k_task.write_task_yaml``) is
 self-contained YAML, so nothing of the built-in index is used; lm-eval's own ``gsm8k`` task still runs through
 ``python -m lm_eval``. Imports lm-eval and the standard library only: lm-eval's environment need not have moegate.
 """

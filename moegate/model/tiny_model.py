@@ -138,20 +138,21 @@ def _fit_text_routing(model: Any, spec: TinyMoESpec, out: Path, target: Path, te
     """``moegate.model.router_fit`` on ``model`` in place, over ShareGPT text through ``out``'s tokenizer."""
     import torch
 
+    from moegate.e2e.datasets import sha256_file
     from moegate.model import router_fit, text_routing
 
     doc = text_routing.read_target(target)
+    if sha256_file(text) != doc["text"]["sha256"]:
+        raise ValueError(f"{text} is not the ShareGPT file the target was measured on (sha256 differs)")
     n = len(doc["text"]["fit_ids"])
     records = text_routing.read_records(text)
     encode = router_fit.load_tokenizer(out)
     fit = text_routing.text_sequences(records, encode, n)
     held = text_routing.text_sequences(records, encode, n, skip=n)
-    if text_routing.file_sha256(text) != doc["text"]["sha256"]:
-        raise ValueError(f"{text} is not the ShareGPT file the target was measured on (sha256 differs)")
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     record = router_fit.fit_routing(model, spec, doc, fit, held)
     model.to("cpu")
-    return {"target": target.name, "target_sha256": text_routing.file_sha256(target), **record}
+    return {"target": target.name, "target_sha256": sha256_file(target), **record}
 
 
 def _write_tokenizer(out: Path, spec: TinyMoESpec, data: Path) -> dict[str, Any]:

@@ -12,7 +12,6 @@ Requests are forwarded as they come, concurrently, so the server batches them as
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import threading
@@ -22,13 +21,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
 
+from moegate.e2e.datasets import text_sha256
+
 COMPLETIONS = "/v1/completions"
 TIMEOUT_S = 3600.0
-
-
-def prompt_sha256(text: str) -> str:
-    """The key of a recorded choice: the prompt's sha256, as the GSM8K records keep it (``datasets.text_sha256``)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class Recorder:
@@ -91,7 +87,8 @@ class Recorder:
             text_prompt = prompts[choice.get("index", 0)] if choice.get("index", 0) < len(prompts) else None
             if ids is None or not isinstance(text_prompt, str):
                 continue
-            entry = {"prompt_sha256": prompt_sha256(text_prompt), "text": choice.get("text", "")}
+            # keyed as the GSM8K records key their prompts
+            entry = {"prompt_sha256": text_sha256(text_prompt), "text": choice.get("text", "")}
             lines.append(json.dumps({**entry, "prompt_ids": prompt_ids, "ids": ids}))
         reply.pop("prompt_token_ids", None)
         if lines:

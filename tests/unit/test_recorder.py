@@ -162,10 +162,6 @@ def test_a_gsm8k_divergence_is_found_and_scored_on_the_decoded_ids(monkeypatch):
     assert asked == [(9, 9, 52), (9, 9, 52)]  # both servers score the same decoded context
 
 
-def test_the_recorders_key_is_the_records_prompt_hash():
-    assert recorder.prompt_sha256("Question: é") == datasets.text_sha256("Question: é")
-
-
 def test_the_log_is_new_for_each_recorder(upstream, tmp_path):
     log = tmp_path / "decoded.jsonl"
     log.write_text('{"stale": true}\n')
