@@ -65,7 +65,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--startup-timeout", type=float, default=900.0)
     p.add_argument("--bench-timeout", type=float, default=3600.0)
     p.add_argument("--out", type=Path, help="run folder (default reports/ab-<time>)")
-    p.add_argument("--resume", action="store_true", help="continue the schedule of --out's run.json (same plan)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the schedule of --out's run.json (same plan; --starts may grow by whole rounds)",
+    )
     p.add_argument("--max-new-starts", type=int, help="stop after this many starts (resume later with --resume)")
     p.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="recompute the report of a finished run")
     v = p.add_argument_group("verdict")

@@ -50,6 +50,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 from moegate.ab.plan import (
@@ -65,6 +66,7 @@ from moegate.ab.plan import (
     ServerLike,
     StartRecord,
     load_run,
+    model_digest,
     safe_label,
     schedule,
     sharegpt_records,
@@ -123,6 +125,7 @@ class Driver:
         self.bench: BenchFn = bench
         self.log = log
         self.records: int | None = None
+        self.model_digest = ""
         self.prompts: dict[int, int] | None = None
         """Prompts per concurrency level, sized from the first start's warm-up (or a resumed run's)."""
         self.prompts_note = "no start came up: nothing sized"
@@ -146,6 +149,7 @@ class Driver:
         for role, b in self.builds.items():
             if not (Path(b.python).exists() or shutil.which(b.python)):
                 raise DriverError(f"{role} build {b.label!r}: no interpreter at {b.python}")
+        self.model_digest = model_digest(self.model)
 
     # -- one benchmark run ----------------------------------------------------------------------
 
@@ -219,15 +223,41 @@ class Driver:
         return prompts, note
 
     def _previous(self) -> list[StartRecord]:
+        """A resumed run's starts, after checking it is the same experiment: the same plan (it may only
+        grow by whole rounds: ``schedule(n)`` is a prefix of ``schedule(n + k)``, so the interleaving
+        holds), the same workload, the same builds by label, server flags and model (by content where
+        both runs kept its digest)."""
         path = self.out_dir / "run.json"
         if not (self.resume and path.is_file()):
             return []
         old = load_run(self.out_dir)
-        if old.plan.get("concurrency") != list(self.plan.concurrency) or old.plan.get("starts") != self.plan.starts:
+        mine = self._run([])
+        same_plan = {k: v for k, v in json.loads(json.dumps(mine.plan)).items() if k != "starts"}
+        if {k: v for k, v in old.plan.items() if k != "starts"} != same_plan:
             raise DriverError(
-                f"{path}: another plan ({old.plan.get('concurrency')}, {old.plan.get('starts')} starts); "
-                "resume only the same plan"
+                f"{path}: another plan ({old.plan}); resume only the same plan, with as many or more starts"
             )
+        if self.plan.starts < old.plan["starts"]:
+            raise DriverError(f"{path}: {old.plan['starts']} starts a build planned; --starts may grow, not shrink")
+        if old.dataset != mine.dataset:
+            raise DriverError(f"{path}: another workload ({old.dataset})")
+        labels = {r: b["label"] for r, b in old.builds.items()}
+        if labels != {r: b["label"] for r, b in mine.builds.items()} or old.server_args != mine.server_args:
+            raise DriverError(f"{path}: another pair of builds or server flags ({labels}, {old.server_args})")
+        if old.model != mine.model or (
+            old.model_digest and mine.model_digest and old.model_digest != mine.model_digest
+        ):
+            raise DriverError(f"{path}: another model ({old.model}, digest {old.model_digest or 'not kept'})")
+        for role, b in old.builds.items():
+            now = mine.builds[role]
+            if (b["python"], b["env"]) != (now["python"], now["env"]):
+                self.log(
+                    f"[ab] {role} build {b['label']!r} now runs as {now['python']} {now['env']} (was {b['python']} {b['env']})"
+                )
+        if not old.model_digest:
+            self.log(f"[ab] {path} kept no model digest: the earlier starts' weights are not checked against these")
+        if self.plan.starts > old.plan["starts"]:
+            self.log(f"[ab] the plan grows from {old.plan['starts']} to {self.plan.starts} starts a build")
         if old.prompts:
             self.prompts, self.prompts_note = dict(old.prompts), old.prompts_note
         return list(old.starts)
@@ -250,6 +280,7 @@ class Driver:
             folder = self.out_dir / "starts" / f"{index:02d}-{role}-{safe_label(build.label)}"
             folder.mkdir(parents=True, exist_ok=True)
             rec = StartRecord(index, round_, role, build.label, folder=str(folder.relative_to(self.out_dir)))
+            rec.started = datetime.now(UTC).isoformat(timespec="seconds")
             t0 = time.monotonic()
             self.log(f"[ab] start {index + 1}/{2 * self.plan.starts}: {role} ({build.label}), round {round_}")
             server = None
@@ -335,4 +366,5 @@ class Driver:
             dict(self.prompts or {}),
             self.prompts_note,
             list(records),
+            self.model_digest,
         )

@@ -5,6 +5,7 @@ benchmark processes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -12,6 +13,8 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from moegate.e2e.datasets import sha256_file
 
 DEFAULT_CONCURRENCY = (1, 2, 3, 4, 8, 16)
 
@@ -168,6 +171,7 @@ class StartRecord:
     durations: dict[int, float] = field(default_factory=dict)  # s, of each measured run
     seconds: float = 0.0
     folder: str = ""
+    started: str = ""  # UTC, ISO 8601; empty in runs written before it was kept
 
 
 @dataclass
@@ -182,6 +186,7 @@ class Run:
     prompts: dict[int, int]
     prompts_note: str
     starts: list[StartRecord]
+    model_digest: str = ""  # model_digest(model) when the model is a folder; empty before it was kept
 
     def samples(self, role: str) -> dict[int, list[float]]:
         out: dict[int, list[float]] = {c: [] for c in self.plan["concurrency"]}
@@ -204,7 +209,24 @@ class Run:
             s["durations"] = {int(k): v for k, v in s.get("durations", {}).items()}
             starts.append(StartRecord(**s))
         fields = {k: raw[k] for k in ("builds", "model", "server_args", "plan", "dataset", "prompts_note")}
-        return cls(**fields, prompts={int(k): v for k, v in raw["prompts"].items()}, starts=starts)
+        return cls(
+            **fields,
+            prompts={int(k): v for k, v in raw["prompts"].items()},
+            starts=starts,
+            model_digest=raw.get("model_digest", ""),
+        )
+
+
+def model_digest(model: str | Path) -> str:
+    """sha256 over a model folder's files (relative path and content hash each, in name order), so a run
+    resumed on another day can tell that it serves the same weights; empty for a hub name (not a folder)."""
+    folder = Path(model)
+    if not folder.is_dir():
+        return ""
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f"{f.relative_to(folder).as_posix()}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
 
 
 def safe_label(label: str) -> str:

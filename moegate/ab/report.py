@@ -159,6 +159,7 @@ def markdown(
             + ", ".join(f"c={c}: {_range(ds)}" for c, ds in durations.items())
             + ".",
         ]
+    lines += ["", *_per_start(run)]
     if traffic is not None:
         src = {traffic.level(lv.concurrency).source for lv in verdict.levels}
         lines += [
@@ -206,6 +207,23 @@ def _prompts(run: Run) -> str:
     if not run.prompts:
         return "(not sized)"
     return ", ".join(f"{n} at c={c}" for c, n in sorted(run.prompts.items()))
+
+
+def _per_start(run: Run) -> list[str]:
+    """Every start in schedule order with its measured tok/s, so a reader sees drift across the run and
+    across the sessions a resumed run spans (the start time, UTC; '?' in runs written before it was kept)."""
+    levels = list(run.plan["concurrency"])
+    lines = [
+        "<details><summary>Per start: measured output tok/s</summary>",
+        "",
+        "| start | round | build | started (UTC) | status | " + " | ".join(f"c={c}" for c in levels) + " |",
+        "|" + "---|" * (5 + len(levels)),
+    ]
+    for s in run.starts:
+        cells = [f"{s.measured[c]:.1f}" if c in s.measured and s.status == "ok" else "–" for c in levels]
+        started = s.started.replace("T", " ").removesuffix("+00:00") or "?"
+        lines.append(f"| {s.index + 1} | {s.round} | {s.label} | {started} | {s.status} | " + " | ".join(cells) + " |")
+    return [*lines, "", "</details>"]
 
 
 def _durations(run: Run) -> dict[int, list[float]]:

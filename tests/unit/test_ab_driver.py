@@ -1,12 +1,10 @@
 """The A/B driver's scheduling and failure bookkeeping, the report, the evidence model, the CLI.
 
 A real vLLM server cannot run in the unit tier (no vLLM here), so the server and the
-benchmark call are **stubs** in the driver tests below: ``StubServer`` stands for the e2e
-tier's ``Server`` (same constructor and attributes) and ``StubBench`` for
-``run_bench_subprocess`` (it parses the same ``vllm bench serve`` arguments and returns a
-result dict with the keys vLLM's ``main(args)`` returns). What they check is the driver's
+benchmark call are stand-ins (``tests/support/ab.py``). What they check is the driver's
 own logic: order of starts, warm-up then measured sweep, arguments, seeds, sizing,
 failures, files kept. The real thing runs as the CPU same-build smoke and on the GPU.
+Resuming a run over several sessions: ``test_ab_resume.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import ClassVar
 
 import pytest
 
@@ -26,104 +23,7 @@ from moegate.ab.plan import BenchError, Dataset, DriverError, Plan, load_run, sc
 from moegate.ab.verdict import IMPROVED, NO_VERDICT, WITHIN
 from moegate.vllm.planted import make_build
 from tests.support import ROOT
-
-
-def build(label: str) -> SimpleNamespace:
-    return SimpleNamespace(label=label, python=sys.executable, env={}, server_args=())
-
-
-class ServerError(RuntimeError):
-    pass
-
-
-class StubServer:
-    """Stands for moegate.serve.server.Server: one 'process' per ``with``."""
-
-    started: ClassVar[list[str]] = []
-    fail_on: ClassVar[set[int]] = set()  # start numbers (0-based, in order) that fail to come up
-    die_on: ClassVar[set[int]] = set()  # start numbers whose process is dead after a bench error
-
-    def __init__(self, build, model, args=(), *, log_path, startup_timeout_s=900, served_name=None):
-        self.build, self.model, self.args, self.log_path = build, model, list(args), Path(log_path)
-        self.number = len(StubServer.started)
-        StubServer.started.append(build.label)
-
-    def __enter__(self):
-        self.log_path.write_text(f"server {self.number} of {self.build.label}\nline two\n")
-        if self.number in StubServer.fail_on:
-            raise ServerError(f"server exited during startup\n{self.log_tail()}")
-        self.port = 8000 + self.number
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.model_name = "served-" + Path(self.model).name
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def log_tail(self, n: int = 40) -> str:
-        return "\n".join(self.log_path.read_text().splitlines()[-n:])
-
-    def check_alive(self) -> None:
-        if self.number in StubServer.die_on:
-            raise ServerError("process exited with code -9")
-
-
-class StubBench:
-    """Stands for run_bench_subprocess: parses the bench args, writes and returns a result dict."""
-
-    def __init__(self, tok_s, fail=None, failed_requests=None):
-        self.tok_s = tok_s  # (label, c, start seed) -> tok/s
-        self.fail = fail or set()  # (call number) -> raise BenchError
-        self.failed_requests = failed_requests or set()
-        self.calls: list[dict] = []
-
-    def __call__(self, build, args, json_out, log_path):
-        opt = {}
-        for i, a in enumerate(args):
-            if a.startswith("--"):
-                nxt = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else True
-                opt[a[2:]] = nxt
-        n = len(self.calls)
-        self.calls.append({"label": build.label, "args": list(args), "opt": opt, "json": json_out})
-        log_path.write_text(f"bench call {n}\n")
-        if n in self.fail:
-            raise BenchError(f"benchmark exited 1; {log_path}:\nTraceback: boom")
-        c, prompts = int(opt["max-concurrency"]), int(opt["num-prompts"])
-        failed = 1 if n in self.failed_requests else 0
-        result = {
-            "completed": prompts - failed,
-            "failed": failed,
-            "duration": 2.5,
-            "output_throughput": self.tok_s(build.label, c, int(opt["seed"])),
-            "errors": ["HTTP 500"] * failed,
-        }
-        json_out.write_text(json.dumps(result))
-        return result
-
-
-@pytest.fixture(autouse=True)
-def _reset_stub():
-    StubServer.started, StubServer.fail_on, StubServer.die_on = [], set(), set()
-    yield
-
-
-def _tok(label, c, seed):
-    base = 10.0 * c
-    jitter = 1.0 + 0.002 * (seed % 7)
-    return base * jitter * (1.10 if label == "pr" and c in (2, 4) else 1.0)
-
-
-def _driver(tmp_path, bench, *, starts=3, levels=(1, 2, 4), dataset=None, **plan):
-    return Driver(
-        {"base": build("base"), "pr": build("pr")},
-        tmp_path / "model",
-        tmp_path / "run",
-        Plan(concurrency=levels, starts=starts, output_len=16, target_seconds=0.5, **plan),
-        dataset or Dataset("random", input_len=32),
-        server_factory=StubServer,
-        bench=bench,
-        log=lambda msg: None,
-    )
+from tests.support.ab import StubBench, StubServer, build, make_driver, reset_stubs, tok_s  # noqa: F401 (autouse)
 
 
 def test_schedule_interleaves_a_b_b_a():
@@ -132,8 +32,8 @@ def test_schedule_interleaves_a_b_b_a():
 
 
 def test_a_run_warms_up_then_measures_every_level_with_stated_arguments(tmp_path):
-    bench = StubBench(_tok)
-    run = _driver(tmp_path, bench).run()
+    bench = StubBench(tok_s)
+    run = make_driver(tmp_path, bench).run()
     assert StubServer.started == ["base", "pr", "pr", "base", "base", "pr"]
     assert all(s.status == "ok" for s in run.starts)
     per_start = [bench.calls[i : i + 6] for i in range(0, len(bench.calls), 6)]
@@ -177,7 +77,7 @@ def test_a_run_warms_up_then_measures_every_level_with_stated_arguments(tmp_path
 
 def test_prompts_are_sized_by_time_from_the_first_warm_up(tmp_path):
     bench = StubBench(lambda label, c, seed: 100.0 * c)
-    run = _driver(tmp_path, bench, starts=1, levels=(1, 8)).run()
+    run = make_driver(tmp_path, bench, starts=1, levels=(1, 8)).run()
     # 0.5 s x 100 c tok/s / (16 tokens x c) = 3.125 -> 4 rounds floor; min_rounds=4 -> 4 rounds
     assert run.prompts == {1: 4, 8: 32}
     bench2 = StubBench(lambda label, c, seed: 1000.0 * c)
@@ -198,8 +98,8 @@ def test_prompts_are_sized_by_time_from_the_first_warm_up(tmp_path):
 
 def test_a_server_that_does_not_start_fails_that_start_only(tmp_path):
     StubServer.fail_on = {1}
-    bench = StubBench(_tok)
-    run = _driver(tmp_path, bench).run()
+    bench = StubBench(tok_s)
+    run = make_driver(tmp_path, bench).run()
     failed = [s for s in run.starts if s.status == "failed"]
     assert [(s.index, s.role) for s in failed] == [(1, "pr")]
     assert "ServerError" in failed[0].error and "server 1 of pr" in failed[0].log_tail
@@ -213,8 +113,8 @@ def test_a_server_that_does_not_start_fails_that_start_only(tmp_path):
 def test_a_bench_error_fails_the_whole_start_and_nothing_of_it_is_counted(tmp_path):
     StubServer.die_on = {2}
     # start 2 (pr, round 1): its calls are 12..17; fail its second measured run (c=2), after c=1 was measured
-    bench = StubBench(_tok, fail={16})
-    run = _driver(tmp_path, bench).run()
+    bench = StubBench(tok_s, fail={16})
+    run = make_driver(tmp_path, bench).run()
     rec = run.starts[2]
     assert rec.status == "failed" and rec.role == "pr"
     assert 1 in rec.measured  # measured before the failure ...
@@ -225,8 +125,8 @@ def test_a_bench_error_fails_the_whole_start_and_nothing_of_it_is_counted(tmp_pa
 
 
 def test_failed_requests_fail_the_start(tmp_path):
-    bench = StubBench(_tok, failed_requests={0})
-    run = _driver(tmp_path, bench, starts=2).run()
+    bench = StubBench(tok_s, failed_requests={0})
+    run = make_driver(tmp_path, bench, starts=2).run()
     assert run.starts[0].status == "failed"
     assert "1 failed" in run.starts[0].error and "HTTP 500" in run.starts[0].error
     # base now has 1 good start: no verdict, with the reason; the gate fails
@@ -242,16 +142,16 @@ def test_sharegpt_needs_enough_valid_records(tmp_path):
     ]
     path = tmp_path / "sg.json"
     path.write_text(json.dumps(ok + [{"id": "x", "conversations": [{"from": "human", "value": "q"}]}]))
-    d = _driver(tmp_path, StubBench(_tok), levels=(1, 8), dataset=Dataset("sharegpt", path=str(path)))
+    d = make_driver(tmp_path, StubBench(tok_s), levels=(1, 8), dataset=Dataset("sharegpt", path=str(path)))
     with pytest.raises(DriverError, match=r"20 usable ShareGPT records .* need at least 32"):
         d.run()
     assert StubServer.started == []  # refused before any server start
     path.write_text(json.dumps(ok)[:-40])
     with pytest.raises(DriverError, match="not valid JSON"):
-        _driver(tmp_path, StubBench(_tok), dataset=Dataset("sharegpt", path=str(path))).run()
+        make_driver(tmp_path, StubBench(tok_s), dataset=Dataset("sharegpt", path=str(path))).run()
     path.write_text(json.dumps(ok * 2))
-    bench = StubBench(_tok)
-    run = _driver(tmp_path, bench, starts=1, levels=(1, 2), dataset=Dataset("sharegpt", path=str(path))).run()
+    bench = StubBench(tok_s)
+    run = make_driver(tmp_path, bench, starts=1, levels=(1, 2), dataset=Dataset("sharegpt", path=str(path))).run()
     o = bench.calls[0]["opt"]
     assert o["dataset-name"] == "sharegpt" and o["dataset-path"] == str(path) and o["sharegpt-output-len"] == "16"
     assert run.starts[0].status == "ok"
@@ -316,35 +216,6 @@ def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
     assert json.loads(proc.stdout)["model"] == "m2"
 
 
-def test_a_resumed_run_continues_the_same_schedule_and_keeps_the_first_sizing(tmp_path):
-    """A long schedule split over two sessions of a lent machine equals the one-go run's order."""
-    bench = StubBench(_tok)
-    first = _driver(tmp_path, bench)
-    first.max_new_starts = 3
-    part = first.run()
-    assert [s.role for s in part.starts] == ["base", "pr", "pr"]
-    sized = dict(part.prompts)
-    second = _driver(tmp_path, bench)
-    second.resume = True
-    run = second.run()
-    assert [s.role for s in run.starts] == ["base", "pr", "pr", "base", "base", "pr"]
-    assert [s.index for s in run.starts] == list(range(6)) and run.prompts == sized
-    assert StubServer.started == ["base", "pr", "pr", "base", "base", "pr"]
-    other = Driver(
-        {"base": build("base"), "pr": build("pr")},
-        tmp_path / "model",
-        tmp_path / "run",
-        Plan(concurrency=(1, 2), starts=3, output_len=16, target_seconds=0.5),
-        Dataset("random", input_len=32),
-        server_factory=StubServer,
-        bench=bench,
-        log=lambda m: None,
-        resume=True,
-    )
-    with pytest.raises(DriverError, match="another plan"):
-        other.run()
-
-
 def test_the_bench_worker_imports_once_runs_many_and_survives_a_failed_run(tmp_path):
     """BenchWorkers -> python -m moegate.vllm.bench_serve --worker with the stand-in vLLM: one process for
     several runs, each answered in order; a run that raises fails alone and the worker goes on."""
@@ -358,7 +229,6 @@ def test_the_bench_worker_imports_once_runs_many_and_survives_a_failed_run(tmp_p
             "def main(args):\n    print('noise on stdout')\n    assert args.model != 'boom', 'planted'\n",
         )
     )
-    from moegate.ab.plan import BenchError
     from moegate.ab.workers import BenchWorkers
 
     python = make_build(tmp_path / "build", sys.executable, sites=(str(tmp_path / "site"),))
