@@ -9,6 +9,8 @@
 #   planted-sweep EPS N   moegate.kernels.sweep, N cases from seed 0, on the planted copy
 # STEP_TIMEOUT_S replaces a step's timeout and STEP_BUDGET_S a sweep's --budget-s, so several steps fit one
 # call (the call's limit is 600 s); MOEGATE_PROFILE (default ci) picks the tier's profile, e.g. nightly.
+# A tier cut by its timeout gets SIGINT (then SIGKILL 10 s later), so pytest still writes its JUnit, its
+# per-test durations and where it was interrupted (the step still prints exit 124).
 set -uo pipefail
 : "${OUT:?}"
 export VLLM_USE_FLASHINFER_SAMPLER=0 TRITON_CACHE_DIR=$HOME/triton-agg MOEGATE_PROFILE=${MOEGATE_PROFILE:-ci}
@@ -31,14 +33,15 @@ sweep)
 tier)
     n=$1
     py=$(build "$HOME/agg-build" --site "$site")
-    timeout "${STEP_TIMEOUT_S:-500}" "$py" -m pytest tests/kernels -q -rfEs -s --junitxml="$OUT/$n.xml" >"$OUT/$n.log" 2>&1
+    timeout -s INT -k 10 "${STEP_TIMEOUT_S:-500}" "$py" -m pytest tests/kernels -q -rfEs -s --durations=0 \
+        --junitxml="$OUT/$n.xml" >"$OUT/$n.log" 2>&1
     echo "$n: exit $?"; grep -E "systematic|DETECTED|passed|failed|skipped|error" "$OUT/$n.log" | tail -40 ;;
 plant)
     python3 -m tools.gpu.plant_moe_scale --site "$site" --dest "$plant" ;;
 planted-tier)
     eps=$1
     py=$(build "$HOME/agg-plant-build" --site "$plant" --site "$site")
-    MOEGATE_PLANT_EPS=$eps timeout "${STEP_TIMEOUT_S:-400}" "$py" -m pytest tests/kernels -q -rfEs -s \
+    MOEGATE_PLANT_EPS=$eps timeout -s INT -k 10 "${STEP_TIMEOUT_S:-400}" "$py" -m pytest tests/kernels -q -rfEs -s \
         --junitxml="$OUT/planted-tier-$eps.xml" >"$OUT/planted-tier-$eps.log" 2>&1
     echo "planted-tier $eps: exit $?"; grep -E "systematic|DETECTED|passed|failed|skipped|error" "$OUT/planted-tier-$eps.log" | tail -60 ;;
 planted-sweep)
