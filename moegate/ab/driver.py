@@ -268,14 +268,16 @@ class Driver:
             self.prompts = None
             self.prompts_note = "no start came up: nothing sized"
         factory = self.server_factory or _default_server_factory()
-        new = 0
-        for index, (round_, role) in enumerate(schedule(self.plan.starts)):
-            if index in done:
-                continue
-            if self.max_new_starts is not None and new >= self.max_new_starts:
-                self.log(f"[ab] stopping after {new} new starts (--max-new-starts); resume with --resume")
-                return
-            new += 1
+        todo = [(i, r, role) for i, (r, role) in enumerate(schedule(self.plan.starts)) if i not in done]
+        if self.max_new_starts is not None and len(todo) > self.max_new_starts:
+            todo, stopped = todo[: self.max_new_starts], True
+        else:
+            stopped = False
+        prestart = getattr(self.bench, "prestart", None)  # benchmark workers import vLLM while a server starts
+        if prestart is not None:
+            for role in dict.fromkeys(role for _, _, role in todo):
+                prestart(self.builds[role])
+        for index, round_, role in todo:
             build = self.builds[role]
             folder = self.out_dir / "starts" / f"{index:02d}-{role}-{safe_label(build.label)}"
             folder.mkdir(parents=True, exist_ok=True)
@@ -332,6 +334,8 @@ class Driver:
                 self.log(f"[ab]   start failed: {rec.error}")
             rec.seconds = round(time.monotonic() - t0, 1)
             yield rec
+        if stopped:
+            self.log(f"[ab] stopping after {len(todo)} new starts (--max-new-starts); resume with --resume")
 
     def run(self) -> Run:
         self.preflight()

@@ -27,6 +27,7 @@ class BenchWorkers:
     def __init__(self, folder: Path, timeout_s: float = 3600.0) -> None:
         self.folder, self.timeout_s = Path(folder), timeout_s
         self.procs: dict[str, tuple[subprocess.Popen[str], Path, queue.Queue[str]]] = {}
+        self.starting: set[str] = set()  # spawned, ready line not read yet
 
     def _start(self, build: BuildLike) -> tuple[subprocess.Popen[str], Path, queue.Queue[str]]:
         env = {**os.environ, **dict(build.env)}
@@ -52,8 +53,15 @@ class BenchWorkers:
 
         threading.Thread(target=pump, daemon=True).start()
         self.procs[build.label] = (proc, log, replies)
-        self._answer(build, log, replies, what="worker start")
+        self.starting.add(build.label)
         return self.procs[build.label]
+
+    def prestart(self, build: BuildLike) -> None:
+        """Spawn the build's worker now and return at once; its first run waits for it to be ready.
+        The driver calls this before the first server start, so vLLM's import in the worker (about
+        27 s a build on the H200) runs while the server comes up instead of after it."""
+        if build.label not in self.procs:
+            self._start(build)
 
     def _answer(self, build: BuildLike, log: Path, replies: queue.Queue[str], what: str) -> dict:
         try:
@@ -65,6 +73,7 @@ class BenchWorkers:
             ) from None
         if not line:
             self.procs.pop(build.label, None)
+            self.starting.discard(build.label)
             raise BenchError(
                 f"{what}: the benchmark worker of {build.label} exited; {log}:\n{log_tail(log, missing='')}"
             )
@@ -73,6 +82,9 @@ class BenchWorkers:
 
     def __call__(self, build: BuildLike, args: list[str], json_out: Path, log_path: Path) -> dict:
         proc, log, replies = self.procs.get(build.label) or self._start(build)
+        if build.label in self.starting:
+            self._answer(build, log, replies, what="worker start")
+            self.starting.discard(build.label)
         start = log.stat().st_size if log.exists() else 0
         assert proc.stdin is not None
         proc.stdin.write(json.dumps({"args": args, "json_out": str(json_out)}) + "\n")
@@ -89,6 +101,7 @@ class BenchWorkers:
     def close(self, label: str | None = None) -> None:
         for key in [label] if label else list(self.procs):
             entry = self.procs.pop(key, None)
+            self.starting.discard(key)
             if entry is None:
                 continue
             proc = entry[0]

@@ -68,6 +68,10 @@ class StubBench:
         self.fail = fail or set()  # (call number) -> raise BenchError
         self.failed_requests = failed_requests or set()
         self.calls: list[dict] = []
+        self.prestarted: list[tuple[str, int]] = []  # (build, servers started by then)
+
+    def prestart(self, build):
+        self.prestarted.append((build.label, len(StubServer.started)))
 
     def __call__(self, build, args, json_out, log_path):
         opt = {}

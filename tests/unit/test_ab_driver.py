@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -247,3 +248,43 @@ def test_the_bench_worker_imports_once_runs_many_and_survives_a_failed_run(tmp_p
     assert "noise on stdout" in (tmp_path / "a.log").read_text()  # the benchmark's prints went to the log
     assert "AssertionError" in (tmp_path / "b.log").read_text() and not (tmp_path / "b.json").exists()
     assert not workers.procs
+
+
+def test_the_driver_starts_the_benchmark_workers_of_the_builds_it_will_run_before_any_server(tmp_path):
+    """vLLM's import in a worker (about 27 s a build on the H200) runs while the first server starts."""
+    bench = StubBench(tok_s)
+    d = make_driver(tmp_path, bench)
+    d.max_new_starts = 1
+    list(d.starts())
+    assert bench.prestarted == [("base", 0)]  # only the build that will start, before its server
+    bench.prestarted.clear()
+    d.max_new_starts = None
+    StubServer.started.clear()
+    list(d.starts(frozenset({0})))
+    assert bench.prestarted == [("pr", 0), ("base", 0)]
+
+
+def test_a_prestarted_worker_is_spawned_without_waiting_and_answers_its_first_run(tmp_path):
+    """prestart returns while the worker is still importing (a stand-in vLLM that takes 3 s to import);
+    the first run waits for the worker to be ready and is answered by that same process."""
+    pkg = tmp_path / "site" / "vllm" / "benchmarks"
+    pkg.mkdir(parents=True)
+    (tmp_path / "site" / "vllm" / "__init__.py").write_text("import time\ntime.sleep(3)\n")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "serve.py").write_text(FAKE_SERVE)
+    from moegate.ab.workers import BenchWorkers
+
+    python = make_build(tmp_path / "build", sys.executable, sites=(str(tmp_path / "site"),))
+    b = SimpleNamespace(label="x", python=str(python), env={}, server_args=())
+    workers = BenchWorkers(tmp_path / "w", timeout_s=120)
+    try:
+        t0 = time.monotonic()
+        workers.prestart(b)
+        assert time.monotonic() - t0 < 2.0 and "x" in workers.starting
+        pid = workers.procs["x"][0].pid
+        workers.prestart(b)  # a second prestart is a no-op
+        out = workers(b, ["--model", "m", "--max-concurrency", "2"], tmp_path / "a.json", tmp_path / "a.log")
+        assert workers.procs["x"][0].pid == pid and not workers.starting
+    finally:
+        workers.close()
+    assert out["output_throughput"] == 25.0
