@@ -2,8 +2,9 @@
 # The H200 A/B runs of issue 19 (results/ab-h200.md, docs/ab.md), from the project root on the device, after
 # the nine installs of .gpu/g20/all (0.33.0 in $HOME/vllm-site, lm-eval in $HOME/eval-site, 0.32.0 in
 # $HOME/vllm032). Carry .gpu/g20/text (sharegpt.json, gsm8k/train.jsonl) in every call. Each step writes to $OUT.
-#   models              both builds (interpreters), the skewed wide model ($HOME/wide) and the text-routed
-#                       one ($HOME/wide-text) with its fit check and routing samples; sha256 of every file
+#   models [WHICH]      both builds (interpreters), then WHICH models (default both): skewed ($HOME/wide)
+#                       and/or text ($HOME/wide-text, with its fit check and routing samples); sha256 of every
+#                       file; all in $OUT/models.tgz
 #   skewed [STARTS]     resume the 2026-11-29 run (results/raw/ab-h200.tar.xz) in $HOME/ab, growing it to
 #                       STARTS rounds (default 5), 2 new starts a call
 #   text [STARTS]       the text-routed run in $HOME/ab-text (default 3 rounds), 2 new starts a call
@@ -36,27 +37,32 @@ models)
             --site "$HOME/eval-site" >/dev/null || exit 2
     done
     py=$HOME/b033/bin/python
-    (
+    M=$HOME/models-out  # one archive comes back ($OUT returns only a few files a call)
+    mkdir -p "$M"
+    which=${1:-both}
+    [ "$which" = text ] || (
         t0=$SECONDS
         "$py" -m moegate.model.tiny_model "$HOME/wide" --preset wide --hot-experts 32 --router-skew 1.0 \
-            --tokenizer-data .gpu/data/gsm8k/train.jsonl >"$OUT/wide-build.log" 2>&1
+            --tokenizer-data .gpu/data/gsm8k/train.jsonl >"$M/wide-build.log" 2>&1
         echo "wide: exit $? in $((SECONDS - t0)) s"
-        (cd "$HOME/wide" && sha256sum ./*) >"$OUT/wide-sha256.txt"
+        (cd "$HOME/wide" && sha256sum ./*) >"$M/wide-sha256.txt"
     ) &
+    [ "$which" = skewed ] && { wait; tar czf "$OUT/models.tgz" -C "$HOME" models-out; exit 0; }
     t0=$SECONDS
     "$py" -m moegate.model.tiny_model "$HOME/wide-text" --preset wide --tokenizer-data .gpu/data/gsm8k/train.jsonl \
         --device cuda --routing-from results/ab-text-routing/target-e2e-trained.json \
-        --routing-text .gpu/data/sharegpt.json >"$OUT/wide-text-build.log" 2>&1
+        --routing-text .gpu/data/sharegpt.json >"$M/wide-text-build.log" 2>&1
     echo "wide-text: exit $? in $((SECONDS - t0)) s"
-    cp "$HOME/wide-text/moegate_tiny_model.json" "$OUT/wide-text-build.json"
-    (cd "$HOME/wide-text" && sha256sum ./*) >"$OUT/wide-text-sha256.txt"
+    cp "$HOME/wide-text/moegate_tiny_model.json" "$M/wide-text-build.json"
+    (cd "$HOME/wide-text" && sha256sum ./*) >"$M/wide-text-sha256.txt"
     for g in "" --greedy; do
         "$py" -m bench.bench_routing --model "$HOME/wide-text" --text .gpu/data/sharegpt.json --device cuda \
-            --routing-json "$OUT/routing-wide-text${g:+-greedy}.json" --steps 200 \
-            ${g:+--sequences 64 --greedy} >"$OUT/routing-wide-text${g:+-greedy}.log" 2>&1
+            --routing-json "$M/routing-wide-text${g:+-greedy}.json" --steps 200 \
+            ${g:+--sequences 64 --greedy} >"$M/routing-wide-text${g:+-greedy}.log" 2>&1
         echo "routing${g:+ greedy}: exit $?"
     done
-    wait ;;
+    wait
+    tar czf "$OUT/models.tgz" -C "$HOME" models-out ;;
 skewed)
     [ -d "$HOME/ab" ] || { tar xJf results/raw/ab-h200.tar.xz -C "$HOME" && mv "$HOME/ab-h200" "$HOME/ab"; } || exit 2
     ab "$HOME/wide" "$HOME/ab" "${1:-5}" ;;
