@@ -16,6 +16,7 @@ from pathlib import Path
 
 from moegate.ab.evidence import TrafficModel
 from moegate.ab.plan import Run
+from moegate.ab.stalls import Outlier, outliers
 from moegate.ab.verdict import (
     DEFAULT_ALPHA,
     DEFAULT_GATE_THRESHOLD,
@@ -81,7 +82,13 @@ def _change_cell(lv) -> str:
 
 
 def markdown(
-    run: Run, verdict: Verdict, traffic: TrafficModel | None = None, *, plot_name: str | None = PLOT, gate: bool = False
+    run: Run,
+    verdict: Verdict,
+    traffic: TrafficModel | None = None,
+    *,
+    plot_name: str | None = PLOT,
+    gate: bool = False,
+    first_tokens: Sequence[Outlier] = (),
 ) -> str:
     b, p = run.builds["base"], run.builds["pr"]
     good = {role: sum(1 for s in run.starts if s.role == role and s.status == "ok") for role in ("base", "pr")}
@@ -158,6 +165,12 @@ def markdown(
             "Measured run length per level (s, min–max over good starts): "
             + ", ".join(f"c={c}: {_range(ds)}" for c, ds in durations.items())
             + ".",
+        ]
+    if first_tokens:
+        lines += [
+            "",
+            f"**First-token outliers** ({len(first_tokens)} measured runs; counted like every run of a good start, "
+            "moegate/ab/stalls.py): " + "; ".join(o.describe() for o in first_tokens) + ".",
         ]
     lines += ["", *_per_start(run)]
     if traffic is not None:
@@ -299,7 +312,7 @@ def write(
         run.samples("base"), run.samples("pr"), alpha=alpha, min_change=min_change, gate_threshold=gate_threshold
     )
     png = plot(run, verdict, out / PLOT) if with_plot else None
-    md = markdown(run, verdict, traffic, plot_name=PLOT if png else None, gate=gate)
+    md = markdown(run, verdict, traffic, plot_name=PLOT if png else None, gate=gate, first_tokens=outliers(run, out))
     (out / MARKDOWN).write_text(md)
     payload = verdict.to_json()
     if traffic is not None:
