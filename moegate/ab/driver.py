@@ -66,13 +66,13 @@ from moegate.ab.plan import (
     ServerLike,
     StartRecord,
     load_run,
-    model_digest,
     safe_label,
     schedule,
     sharegpt_records,
 )
 from moegate.ab.workers import BenchWorkers
 from moegate.core import progress
+from moegate.model.tiny_model import model_hash
 from moegate.serve.processes import log_tail
 
 
@@ -125,7 +125,7 @@ class Driver:
         self.bench: BenchFn = bench
         self.log = log
         self.records: int | None = None
-        self.model_digest = ""
+        self.model_hash = ""
         self.prompts: dict[int, int] | None = None
         """Prompts per concurrency level, sized from the first start's warm-up (or a resumed run's)."""
         self.prompts_note = "no start came up: nothing sized"
@@ -149,7 +149,7 @@ class Driver:
         for role, b in self.builds.items():
             if not (Path(b.python).exists() or shutil.which(b.python)):
                 raise DriverError(f"{role} build {b.label!r}: no interpreter at {b.python}")
-        self.model_digest = model_digest(self.model)
+        self.model_hash = model_hash(self.model) if Path(self.model).is_dir() else ""
 
     # -- one benchmark run ----------------------------------------------------------------------
 
@@ -226,7 +226,7 @@ class Driver:
         """A resumed run's starts, after checking it is the same experiment: the same plan (it may only
         grow by whole rounds: ``schedule(n)`` is a prefix of ``schedule(n + k)``, so the interleaving
         holds), the same workload, the same builds by label, server flags and model (by content where
-        both runs kept its digest)."""
+        both runs kept its hash)."""
         path = self.out_dir / "run.json"
         if not (self.resume and path.is_file()):
             return []
@@ -244,18 +244,16 @@ class Driver:
         labels = {r: b["label"] for r, b in old.builds.items()}
         if labels != {r: b["label"] for r, b in mine.builds.items()} or old.server_args != mine.server_args:
             raise DriverError(f"{path}: another pair of builds or server flags ({labels}, {old.server_args})")
-        if old.model != mine.model or (
-            old.model_digest and mine.model_digest and old.model_digest != mine.model_digest
-        ):
-            raise DriverError(f"{path}: another model ({old.model}, digest {old.model_digest or 'not kept'})")
+        if old.model != mine.model or (old.model_hash and mine.model_hash and old.model_hash != mine.model_hash):
+            raise DriverError(f"{path}: another model ({old.model}, hash {old.model_hash or 'not kept'})")
         for role, b in old.builds.items():
             now = mine.builds[role]
             if (b["python"], b["env"]) != (now["python"], now["env"]):
                 self.log(
                     f"[ab] {role} build {b['label']!r} now runs as {now['python']} {now['env']} (was {b['python']} {b['env']})"
                 )
-        if not old.model_digest:
-            self.log(f"[ab] {path} kept no model digest: the earlier starts' weights are not checked against these")
+        if not old.model_hash:
+            self.log(f"[ab] {path} kept no model hash: the earlier starts' weights are not checked against these")
         if self.plan.starts > old.plan["starts"]:
             self.log(f"[ab] the plan grows from {old.plan['starts']} to {self.plan.starts} starts a build")
         if old.prompts:
@@ -370,5 +368,5 @@ class Driver:
             dict(self.prompts or {}),
             self.prompts_note,
             list(records),
-            self.model_digest,
+            self.model_hash,
         )

@@ -5,7 +5,6 @@ benchmark processes."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -13,8 +12,6 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
-
-from moegate.e2e.datasets import sha256_file
 
 DEFAULT_CONCURRENCY = (1, 2, 3, 4, 8, 16)
 
@@ -186,7 +183,9 @@ class Run:
     prompts: dict[int, int]
     prompts_note: str
     starts: list[StartRecord]
-    model_digest: str = ""  # model_digest(model) when the model is a folder; empty before it was kept
+    model_hash: str = (
+        ""  # moegate.model.tiny_model.model_hash of a model folder; empty for a hub name, or before it was kept
+    )
 
     def samples(self, role: str) -> dict[int, list[float]]:
         out: dict[int, list[float]] = {c: [] for c in self.plan["concurrency"]}
@@ -213,20 +212,8 @@ class Run:
             **fields,
             prompts={int(k): v for k, v in raw["prompts"].items()},
             starts=starts,
-            model_digest=raw.get("model_digest", ""),
+            model_hash=raw.get("model_hash", ""),
         )
-
-
-def model_digest(model: str | Path) -> str:
-    """sha256 over a model folder's files (relative path and content hash each, in name order), so a run
-    resumed on another day can tell that it serves the same weights; empty for a hub name (not a folder)."""
-    folder = Path(model)
-    if not folder.is_dir():
-        return ""
-    h = hashlib.sha256()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(f"{f.relative_to(folder).as_posix()}\0{sha256_file(f)}\n".encode())
-    return h.hexdigest()
 
 
 def safe_label(label: str) -> str:

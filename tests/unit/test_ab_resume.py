@@ -8,8 +8,10 @@ import json
 import pytest
 
 from moegate.ab import report
-from moegate.ab.plan import Dataset, DriverError, load_run, model_digest, schedule
+from moegate.ab.plan import Dataset, DriverError, load_run, schedule
 from moegate.ab.verdict import compare
+from moegate.model.tiny_model import model_hash
+from moegate.model.tiny_spec import BUILD_INFO
 from tests.support.ab import StubBench, StubServer, make_driver, reset_stubs, tok_s  # noqa: F401 (autouse)
 
 
@@ -73,33 +75,40 @@ def test_a_resumed_run_refuses_fewer_starts_or_another_plan(tmp_path):
     assert len(load_run(tmp_path / "run").starts) == 4  # nothing ran, nothing was written
 
 
-def test_the_model_digest_changes_with_any_file_and_a_resumed_run_refuses_other_weights(tmp_path):
+def _record(model, weights_sha, transformers="5.17.0"):
+    """A build record as moegate.model.tiny_model writes it: the spec and every file's sha256."""
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"transformers_version": transformers}))
+    files = {"config.json": transformers, "model.safetensors": weights_sha}
+    (model / BUILD_INFO).write_text(json.dumps({"spec": {"experts": 128}, "files": files}))
+
+
+def test_a_resumed_run_refuses_other_weights_and_takes_the_same_ones_under_another_library(tmp_path):
+    """The run keeps the model's hash (tiny_model.model_hash: spec, weights, tokenizer, not config.json):
+    the same weights rebuilt where transformers is another release resume; other weights are refused."""
     model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    (model / "model.safetensors").write_bytes(b"\0" * 64)
-    first = model_digest(model)
-    assert len(first) == 64 and model_digest(tmp_path / "no-such-model") == ""
+    _record(model, "a" * 64)
+    first = model_hash(model)
     bench = StubBench(tok_s)
     make_driver(tmp_path, bench, starts=2).run()
-    assert load_run(tmp_path / "run").model_digest == first
-    (model / "model.safetensors").write_bytes(b"\0" * 63 + b"\1")
-    assert model_digest(model) != first
+    assert load_run(tmp_path / "run").model_hash == first
+    _record(model, "a" * 64, transformers="5.19.0")
+    assert len(_resumed(tmp_path, bench, starts=3).run().starts) == 6
+    _record(model, "b" * 64)
     with pytest.raises(DriverError, match="another model"):
-        _resumed(tmp_path, bench, starts=3).run()
+        _resumed(tmp_path, bench, starts=4).run()
 
 
-def test_a_run_written_before_digests_and_start_times_resumes_and_says_so(tmp_path):
+def test_a_run_written_before_model_hashes_and_start_times_resumes_and_says_so(tmp_path):
     """run.json from before these were kept (the H200 A/B of 2026-11-29) has neither key: it loads,
     resumes with a line saying the earlier weights are not checked, and its starts show '?' as start time."""
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")
+    _record(tmp_path / "model", "a" * 64)
     bench = StubBench(tok_s)
     make_driver(tmp_path, bench, starts=1).run()
     path = tmp_path / "run" / "run.json"
     raw = json.loads(path.read_text())
-    assert raw["model_digest"] and all(s["started"] for s in raw["starts"])
-    del raw["model_digest"]
+    assert raw["model_hash"] and all(s["started"] for s in raw["starts"])
+    del raw["model_hash"]
     for s in raw["starts"]:
         del s["started"]
     path.write_text(json.dumps(raw))
@@ -107,7 +116,7 @@ def test_a_run_written_before_digests_and_start_times_resumes_and_says_so(tmp_pa
     d = _resumed(tmp_path, bench, starts=2)
     d.log = logs.append
     run = d.run()
-    assert any("kept no model digest" in m for m in logs)
+    assert any("kept no model hash" in m for m in logs)
     assert [bool(s.started) for s in run.starts] == [False, False, True, True]
     text = report.markdown(run, compare(run.samples("base"), run.samples("pr")), plot_name=None)
     rows = [line for line in text.splitlines() if line.startswith(("| 1 | 0 |", "| 3 | 1 |"))]
