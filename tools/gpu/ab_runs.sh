@@ -7,7 +7,8 @@
 #                       file; all in $OUT/models.tgz
 #   skewed [STARTS]     resume the 2026-11-29 run (results/raw/ab-h200.tar.xz) in $HOME/ab, growing it to
 #                       STARTS rounds (default 5), 2 new starts a call
-#   text [STARTS]       the text-routed run in $HOME/ab-text (default 3 rounds), 2 new starts a call
+#   text [STARTS]       resume the 2026-12-01 text-routed run (results/raw/ab-text-h200.tar.xz) in $HOME/ab-text,
+#                       growing it to STARTS rounds (default 3), 2 new starts a call
 # AB_TIMEOUT_S bounds the driver (default 540; a timed-out driver stops its server). The data goes where the
 # 2026-11-29 run read it (.gpu/data/...), so the resumed run's workload line is the same.
 set -uo pipefail
@@ -67,6 +68,8 @@ skewed)
     [ -d "$HOME/ab" ] || { tar xJf results/raw/ab-h200.tar.xz -C "$HOME" && mv "$HOME/ab-h200" "$HOME/ab"; } || exit 2
     ab "$HOME/wide" "$HOME/ab" "${1:-5}" ;;
 text)
+    [ -d "$HOME/ab-text" ] || { tar xJf results/raw/ab-text-h200.tar.xz -C "$HOME" && mv "$HOME/ab-text-h200" "$HOME/ab-text"; } \
+        || exit 2
     ab "$HOME/wide-text" "$HOME/ab-text" "${1:-3}" ;;
 *)
     echo "ab_runs.sh: unknown step $step" >&2; exit 2 ;;
