@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moegate.ab.evidence import TrafficModel
+from moegate.ab.latency import DecodeLevel, decode_times
 from moegate.ab.plan import Run
 from moegate.ab.stalls import Outlier, outliers
 from moegate.ab.verdict import (
@@ -89,6 +90,7 @@ def markdown(
     plot_name: str | None = PLOT,
     gate: bool = False,
     first_tokens: Sequence[Outlier] = (),
+    decode: Sequence[DecodeLevel] = (),
 ) -> str:
     b, p = run.builds["base"], run.builds["pr"]
     good = {role: sum(1 for s in run.starts if s.role == role and s.status == "ok") for role in ("base", "pr")}
@@ -164,6 +166,15 @@ def markdown(
             "",
             "Measured run length per level (s, min–max over good starts): "
             + ", ".join(f"c={c}: {_range(ds)}" for c, ds in durations.items())
+            + ".",
+        ]
+    if decode:
+        lines += [
+            "",
+            "**Decode time a token** (ms: vLLM's median time per output token after the first, min–max over "
+            "good starts; in brackets the PR's decode speed-up, geomean base / geomean PR − 1; first tokens "
+            "left out; descriptive, no verdict reads it; moegate/ab/latency.py): "
+            + "; ".join(d.describe() for d in decode)
             + ".",
         ]
     if first_tokens:
@@ -312,9 +323,22 @@ def write(
         run.samples("base"), run.samples("pr"), alpha=alpha, min_change=min_change, gate_threshold=gate_threshold
     )
     png = plot(run, verdict, out / PLOT) if with_plot else None
-    md = markdown(run, verdict, traffic, plot_name=PLOT if png else None, gate=gate, first_tokens=outliers(run, out))
+    decode = decode_times(run, out)
+    md = markdown(
+        run,
+        verdict,
+        traffic,
+        plot_name=PLOT if png else None,
+        gate=gate,
+        first_tokens=outliers(run, out),
+        decode=decode,
+    )
     (out / MARKDOWN).write_text(md)
     payload = verdict.to_json()
+    if decode:
+        payload["decode_ms"] = {
+            d.concurrency: {"base": list(d.base), "pr": list(d.pr), "speedup": d.speedup} for d in decode
+        }
     if traffic is not None:
         payload["traffic"] = {
             "model": traffic.describe(),

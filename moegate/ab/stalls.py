@@ -18,11 +18,11 @@ Two flags, each on the run's own first-token times (``ttft``, ms):
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from moegate.ab.latency import result_stats
 from moegate.ab.plan import Run
 
 STALL_MS = 500.0
@@ -52,17 +52,10 @@ class Outlier:
 def outliers(run: Run, folder: str | Path) -> list[Outlier]:
     """The flagged measured runs of ``run``'s good starts, in schedule order; runs whose JSON is missing
     or lacks the first-token statistics are skipped (a report of an older run still renders)."""
-    stats: dict[tuple[int, int], tuple[float, float]] = {}
-    for s in run.starts:
-        if s.status != "ok":
-            continue
-        for c in run.plan["concurrency"]:
-            path = Path(folder) / s.folder / f"measured-c{c}.json"
-            try:
-                raw = json.loads(path.read_text())
-                stats[(s.index, c)] = (float(raw["median_ttft_ms"]), float(raw["p99_ttft_ms"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
+    stats = {
+        key: (v["median_ttft_ms"], v["p99_ttft_ms"])
+        for key, v in result_stats(run, folder, ("median_ttft_ms", "p99_ttft_ms")).items()
+    }
     level = {c: statistics.median(m for (_, cc), (m, _) in stats.items() if cc == c) for c in {c for _, c in stats}}
     labels = {s.index: s.label for s in run.starts}
     found = []

@@ -120,3 +120,15 @@ def make_driver(tmp_path, bench, *, starts=3, levels=(1, 2, 4), dataset=None, **
         bench=bench,
         log=lambda msg: None,
     )
+
+
+def set_result_fields(run_dir, run, levels, values, default):
+    """Write vLLM-shaped statistics into each good start's ``measured-c<c>.json`` of a driver-written run:
+    ``values[(start index, c)]`` is a dict of fields, ``default`` the fields of every other run."""
+    for s in run.starts:
+        for c in levels:
+            path = run_dir / s.folder / f"measured-c{c}.json"
+            raw = json.loads(path.read_text())
+            raw.update(values.get((s.index, c), default))
+            path.write_text(json.dumps(raw))
+    return run

@@ -3,24 +3,17 @@ by the driver with stand-in servers and vLLM-shaped result dicts edited where a 
 
 from __future__ import annotations
 
-import json
-
 from moegate.ab import report
 from moegate.ab.stalls import STALL_MS, outliers
-from tests.support.ab import StubBench, make_driver, reset_stubs, tok_s  # noqa: F401 (autouse)
+from tests.support.ab import StubBench, make_driver, reset_stubs, set_result_fields, tok_s  # noqa: F401 (autouse)
 
 
 def _run_with_ttfts(tmp_path, ttfts):
     """A 2-round run at c=1, 2; ``ttfts[(start index, c)] = (median, p99)`` written into its result JSONs
     (every other run: median 80 ms, p99 120 ms)."""
     run = make_driver(tmp_path, StubBench(tok_s), starts=2, levels=(1, 2)).run()
-    for s in run.starts:
-        for c in (1, 2):
-            path = tmp_path / "run" / s.folder / f"measured-c{c}.json"
-            raw = json.loads(path.read_text())
-            raw["median_ttft_ms"], raw["p99_ttft_ms"] = ttfts.get((s.index, c), (80.0, 120.0))
-            path.write_text(json.dumps(raw))
-    return run
+    fields = {k: {"median_ttft_ms": m, "p99_ttft_ms": p} for k, (m, p) in ttfts.items()}
+    return set_result_fields(tmp_path / "run", run, (1, 2), fields, {"median_ttft_ms": 80.0, "p99_ttft_ms": 120.0})
 
 
 def test_a_late_first_token_and_a_uniformly_slow_run_are_named_and_ordinary_runs_are_not(tmp_path):
