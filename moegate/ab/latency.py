@@ -16,7 +16,7 @@ an A/B has, a reader compares the two builds' ranges, which the report prints to
 from __future__ import annotations
 
 import json
-import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,15 +41,6 @@ def result_stats(run: Run, folder: str | Path, keys: tuple[str, ...]) -> dict[tu
     return stats
 
 
-def _geomean(xs: tuple[float, ...]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
-def _range(xs: tuple[float, ...]) -> str:
-    lo, hi = min(xs), max(xs)
-    return f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}"
-
-
 @dataclass(frozen=True)
 class DecodeLevel:
     concurrency: int
@@ -61,12 +52,7 @@ class DecodeLevel:
         """geomean(base) / geomean(PR) - 1; None unless both builds have a positive figure."""
         if not self.base or not self.pr or min(self.base + self.pr) <= 0:
             return None
-        return _geomean(self.base) / _geomean(self.pr) - 1
-
-    def describe(self) -> str:
-        sides = [f"{role} {_range(xs)}" if xs else f"{role} –" for role, xs in (("base", self.base), ("PR", self.pr))]
-        s = self.speedup
-        return f"c={self.concurrency}: " + ", ".join(sides) + (f" ({s:+.0%})" if s is not None else "")
+        return statistics.geometric_mean(self.base) / statistics.geometric_mean(self.pr) - 1
 
 
 def decode_times(run: Run, folder: str | Path) -> list[DecodeLevel]:

@@ -183,9 +183,8 @@ class Run:
     prompts: dict[int, int]
     prompts_note: str
     starts: list[StartRecord]
-    model_hash: str = (
-        ""  # moegate.model.tiny_model.model_hash of a model folder; empty for a hub name, or before it was kept
-    )
+    # moegate.model.tiny_model.model_hash of a model folder; empty for a hub name, or before it was kept
+    model_hash: str = ""
 
     def samples(self, role: str) -> dict[int, list[float]]:
         out: dict[int, list[float]] = {c: [] for c in self.plan["concurrency"]}

@@ -47,6 +47,12 @@ def _geomean(xs: Sequence[float]) -> float:
     return math.exp(math.fsum(math.log(x) for x in xs) / len(xs))
 
 
+def describe_decode(d: DecodeLevel) -> str:
+    """One level of the report's decode-time line: each build's range, then the PR's speed-up."""
+    sides = ", ".join(f"{role} {_range(xs)}" for role, xs in (("base", d.base), ("PR", d.pr)))
+    return f"c={d.concurrency}: {sides}" + (f" ({d.speedup:+.0%})" if d.speedup is not None else "")
+
+
 def _bytes(n: float) -> str:
     return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
 
@@ -174,7 +180,7 @@ def markdown(
             "**Decode time a token** (ms: vLLM's median time per output token after the first, min–max over "
             "good starts; in brackets the PR's decode speed-up, geomean base / geomean PR − 1; first tokens "
             "left out; descriptive, no verdict reads it; moegate/ab/latency.py): "
-            + "; ".join(d.describe() for d in decode)
+            + "; ".join(describe_decode(d) for d in decode)
             + ".",
         ]
     if first_tokens:

@@ -32,21 +32,21 @@ def test_each_level_has_both_builds_decode_times_and_the_prs_speedup_over_the_ge
     ]
     assert levels[0].speedup == pytest.approx(0.0)
     assert levels[1].speedup == pytest.approx(0.2)
-    assert levels[1].describe() == "c=2: base 12.0, PR 10.0 (+20%)"
+    assert report.describe_decode(levels[1]) == "c=2: base 12.0, PR 10.0 (+20%)"
 
 
 def test_a_slower_pr_reads_as_a_negative_speedup_and_ranges_show_the_spread(tmp_path):
     run = _run_with_tpots(tmp_path, {(0, 1): 6.8, (3, 1): 10.3, (1, 1): 10.0, (2, 1): 12.0}, default=9.0)
     c1 = decode_times(run, tmp_path / "run")[0]
     assert c1.speedup is not None and c1.speedup < 0
-    assert c1.describe().startswith("c=1: base 6.8–10.3, PR 10.0–12.0 (-")
+    assert report.describe_decode(c1).startswith("c=1: base 6.8–10.3, PR 10.0–12.0 (-")
 
 
 def test_runs_without_the_statistic_are_left_out_and_one_sided_levels_have_no_speedup(tmp_path):
     run = _run_with_tpots(tmp_path, {(1, 2): 10.0})
     (level,) = decode_times(run, tmp_path / "run")
     assert (level.concurrency, level.base, level.pr, level.speedup) == (2, (), (10.0,), None)
-    assert level.describe() == "c=2: base –, PR 10.0"
+    assert report.describe_decode(level) == "c=2: base –, PR 10.0"
 
 
 def test_the_report_and_verdict_json_carry_the_decode_times_and_an_old_run_renders_without_them(tmp_path):
