@@ -291,9 +291,9 @@ def install_dry_run(session: nox.Session) -> None:
 
 @nox.session(name="ci-replay", python=False)
 def ci_replay(session: nox.Session) -> None:
-    """The hosted jobs of gate.yml and moegate.yml through act (slow; tools/ci_replay/README.md): results/ci-replay.*.
+    """The hosted jobs of gate.yml and moegate.yml through act (slow; tooling/ci_replay/README.md): results/ci-replay.*.
 
     Arguments go to the replay (`-- --jobs=e2e-smoke`, `-- --help`)."""
     py = envs.shared_env(session, "_ci-replay", envs.requirements("replay", project=False))
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    session.run(str(py), "-m", "tools.ci_replay", *session.posargs, env={"PATH": path}, external=True)
+    session.run(str(py), "-m", "tooling.ci_replay", *session.posargs, env={"PATH": path}, external=True)

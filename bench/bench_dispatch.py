@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from moegate.core.case import ENTRYPOINTS
     from moegate.core.check import assert_path
-    from moegate.testing.strategies import moe_cases
+    from moegate.strategies import moe_cases
 
     count = [0]
 

@@ -1,7 +1,7 @@
 """Kernel-tier speed: generated cases checked per second on one GPU (vLLM start-up excluded).
 
 Each case is exactly what ``test_output_matches_reference`` checks: draw a case
-from ``moegate.testing.strategies.kernels`` (both entrypoints, every placement, expert maps,
+from ``moegate.strategies.kernels`` (both entrypoints, every placement, expert maps,
 wNa16 and, on fp8-capable GPUs, fp8 weights), run it through vLLM with cached weights, compare with the torch
 reference under the stated tolerance, and check the path against the spec.
 
@@ -47,7 +47,7 @@ from moegate.kernels.runner import VllmRunner
 from moegate.kernels.systematic import summarise
 from moegate.kernels.tally import Pass, profile_line
 from moegate.kernels.workers import Options, Pool, WorkerFailed
-from moegate.testing.strategies.kernels import kernel_cases
+from moegate.strategies.kernels import kernel_cases
 from moegate.vllm import names  # a leaf: no vLLM import
 
 PREFIX = "bench_kernels"

@@ -7,7 +7,7 @@ group size in 1, 2, 4, 8, and picks BLOCK_SIZE_K by a heuristic that does not
 keep to that (the kernel-tier benchmark crashed vLLM on an H200 with group size 32
 at the Qwen3-30B-A3B shape). The dispatch tier asks the installed vLLM's heuristic
 over this space (``tests/dispatch/test_kernel_configs.py``); the probe
-``tools/probes/wna16_block_k.py`` reports it and runs the smallest point.
+``tools/gpu/probes/wna16_block_k.py`` reports it and runs the smallest point.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Protocol
 
 ACCEPTED_RATIOS = (1, 2, 4, 8)  # BLOCK_SIZE_K // group_size, as vLLM's moe_wna16 kernel checks it
 MAX_VALID_TOKENS_PER_EXPERT = 6  # above it vLLM takes its Triton wNa16 kernel, whose blocks are fixed
-TOP_KS = range(1, 9)  # the kernel tier's top-k (moegate.testing.strategies.moe.top_ks)
+TOP_KS = range(1, 9)  # the kernel tier's top-k (moegate.strategies.moe.top_ks)
 
 
 class BlockHeuristic(Protocol):

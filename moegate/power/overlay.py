@@ -25,7 +25,7 @@ from pathlib import Path
 from moegate.serve.processes import pid_alive
 
 WORKDIR_PREFIX = "moegate-power-"
-SUITE_PATHS = ("moegate", "tests", "golden", "pyproject.toml")
+SUITE_PATHS = ("moegate", "strategies", "tests", "golden", "pyproject.toml")
 
 
 def sha256(path: Path) -> str:

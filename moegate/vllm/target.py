@@ -120,7 +120,7 @@ class VllmTarget:
         Asked of vLLM itself, with no tuned config (none ships for the kernel tier's
         shapes) and a 16-row M block (every kernel-tier batch fits in one). The
         kernel accepts only BLOCK_SIZE_K / group_size in 1, 2, 4, 8, and the
-        heuristic does not promise that: ``tools/probes/wna16_block_k.py``. Runs on a CPU.
+        heuristic does not promise that: ``tools/gpu/probes/wna16_block_k.py``. Runs on a CPU.
         """
         pick = getattr(self.fm, names.WNA16_BLOCK_CONFIG)
         config = pick(

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, MoECase, Placement
 from moegate.core.check import assert_path
 from moegate.core.spec import in_naive_region
-from moegate.testing.strategies import aim_at_boundary, moe_cases, pin_boundaries
+from moegate.strategies import aim_at_boundary, moe_cases, pin_boundaries
 
 HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])
 DEVICE = Placement(False, False)

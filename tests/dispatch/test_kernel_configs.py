@@ -4,7 +4,7 @@ vLLM's CUDA wNa16 kernel (int4 weights, group size 32, 64 or 128, at most six
 valid tokens per expert) accepts only BLOCK_SIZE_K / group_size in 1, 2, 4, 8,
 and the heuristic that picks BLOCK_SIZE_K does not keep to that: the kernel-tier
 benchmark crashed vLLM on an H200 with int4, group size 32, at the Qwen3-30B-A3B
-shape. ``moegate/testing/strategies/kernels.py`` leaves that combination out at the legacy
+shape. ``strategies/kernels.py`` leaves that combination out at the legacy
 entrypoint (the one that reaches the CUDA kernel); this asks the installed vLLM's
 heuristic, over every legacy int4 case the kernel tier can draw, that
 nothing else reaches the crash, and that the combination left out still does (so
@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 
 from moegate.kernels.wna16_blocks import rejected
-from moegate.testing.strategies.kernels import BIG_SHAPE, MAX_KERNEL_TOKENS, WNA16_GROUP_SIZES, group_sizes
-from moegate.testing.strategies.moe import KERNEL_SHAPES
+from moegate.strategies.kernels import BIG_SHAPE, MAX_KERNEL_TOKENS, WNA16_GROUP_SIZES, group_sizes
+from moegate.strategies.moe import KERNEL_SHAPES
 
 TOKENS = range(1, MAX_KERNEL_TOKENS + 1)
 
@@ -43,7 +43,7 @@ def test_the_left_out_combination_is_the_one_vllm_crashes_on(target):
     if not bad:
         pytest.skip(
             f"vLLM {target.version} no longer picks a rejected block for int4 group 32 at {BIG_SHAPE}: "
-            "moegate/testing/strategies/kernels.py can draw it again"
+            "strategies/kernels.py can draw it again"
         )
     assert {(r.gemm, r.block_k) for r in bad} == {("w13", 512)}, bad
     assert min((r.tokens, r.top_k) for r in bad) == (1, 3)  # the benchmark's crash, shrunk

@@ -20,7 +20,7 @@ from moegate.core.case import ALL_PLACEMENTS, MoECase
 from moegate.kernels.check import OBSERVERS
 from moegate.kernels.inputs import WeightBank
 from moegate.kernels.systematic import Collector
-from moegate.testing.strategies.moe import KERNEL_SHAPES
+from moegate.strategies.moe import KERNEL_SHAPES
 
 AGGREGATE_TEST = "test_systematic_error.py"
 

@@ -1,6 +1,6 @@
 """Kernel properties on a CUDA GPU, through both entrypoints, with real UVA host-resident weights.
 
-Each property draws the cases its claim covers (``moegate.testing.strategies.kernels``) and runs
+Each property draws the cases its claim covers (``moegate.strategies.kernels``) and runs
 them on cached weights (``moegate.kernels.inputs``). Host-resident weights are
 pinned host memory behind vLLM's own UVA view, marked as the UVA offloader
 marks them, so the kernel reads them over PCIe.
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, Placement
 from moegate.core.spec import expected_path
 from moegate.kernels.check import run_checked
-from moegate.testing.strategies.kernels import kernel_cases
+from moegate.strategies.kernels import kernel_cases
 from tests.support.kernels import FP8, FP8_SKIP, QUANT_FAMILY, kernel_settings
 
 HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 
 from moegate.core.case import SHARED_EXPERT_WEIGHT, ExpertMap, MoECase, Placement, Quant, Routing, RoutingKind
-from moegate.testing.strategies import moe_cases
+from moegate.strategies import moe_cases
 
 
 @given(case=moe_cases())

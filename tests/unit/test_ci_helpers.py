@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given
 
-from moegate.ci import gate_plan, junit_min
 from moegate.core.case import MoECase
 from moegate.core.check import EXAMPLE_PREFIX, DispatchMismatch, assert_path, example_line
-from moegate.testing.strategies import moe_cases
+from moegate.strategies import moe_cases
 from tests.support import ROOT
+from tooling.ci import gate_plan, junit_min
 
 # --- junit_min --------------------------------------------------------------------------
 
@@ -66,7 +66,7 @@ def test_unknown_tier_is_one_line_before_anything_else():
         [
             sys.executable,
             "-m",
-            "moegate.ci.gate_plan",
+            "tooling.ci.gate_plan",
             "plan",
             "--tiers",
             "dispatch,kernals",

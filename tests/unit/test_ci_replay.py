@@ -1,4 +1,4 @@
-"""The CI replay's job list covers every hosted job of the workflows (tools/ci_replay, no act needed)."""
+"""The CI replay's job list covers every hosted job of the workflows (tooling/ci_replay, no act needed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from tests.support import ROOT
-from tools.ci_replay.jobs import RUNS, hosted_jobs, replayed, run_for, unreplayed
+from tooling.ci_replay.jobs import RUNS, hosted_jobs, replayed, run_for, unreplayed
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed here (the unit env has it: nox -s unit)")
 
@@ -24,7 +24,7 @@ def test_a_new_hosted_job_missing_from_the_replay_is_named():
     wfs = copy.deepcopy(_workflows())
     wfs["gate.yml"]["jobs"]["docs"] = {"runs-on": "ubuntu-24.04", "steps": [{"run": "true"}]}
     assert unreplayed(wfs) == [
-        "gate.yml:docs: a hosted job the replay does not run (add it to tools/ci_replay/jobs.py RUNS)"
+        "gate.yml:docs: a hosted job the replay does not run (add it to tooling/ci_replay/jobs.py RUNS)"
     ]
 
 

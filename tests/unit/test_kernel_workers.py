@@ -51,7 +51,7 @@ def result(c: MoECase, entrypoint: str, *, ratio: float = 0.5, path: str | None 
 
 
 def test_the_same_seed_draws_the_same_cases_and_another_seed_others() -> None:
-    from moegate.testing.strategies.kernels import kernel_cases
+    from moegate.strategies.kernels import kernel_cases
 
     strategies = {ep: kernel_cases(ep, expert_map=None, quant=None) for ep in ENTRYPOINTS}
 

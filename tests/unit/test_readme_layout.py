@@ -11,8 +11,13 @@ import subprocess
 
 from tests.support import ROOT
 
-PACKAGES = tuple(sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "moegate").rglob("__init__.py")))
-"""Every package of the tree (a new one is checked without editing this file)."""
+PACKAGES = tuple(
+    sorted(
+        str(p.parent.relative_to(ROOT)) for top in ("moegate", "strategies") for p in (ROOT / top).rglob("__init__.py")
+    )
+)
+"""Every package of the tree, ``strategies/`` (installed as ``moegate.strategies``) too; a new one is checked without
+editing this file."""
 
 
 def _layout() -> dict[str, str]:

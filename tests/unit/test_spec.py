@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, DispatchPath, ExpertMap, MoECase, Placement, Quant
 from moegate.core.spec import Decision, expected_path, experts_counted, in_naive_region
-from moegate.testing.strategies import moe_cases
+from moegate.strategies import moe_cases
 
 DEVICE, W13, W2, BOTH = ALL_PLACEMENTS
 

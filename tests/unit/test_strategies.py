@@ -12,8 +12,8 @@ from hypothesis.errors import FailedHealthCheck
 
 from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Placement
 from moegate.core.spec import SPARSITY_FACTOR, in_naive_region
-from moegate.testing.strategies import BOUNDARY_EXAMPLES, KERNEL_SHAPES, moe_cases
-from moegate.testing.strategies.kernels import BIG_SHAPE, kernel_cases
+from moegate.strategies import BOUNDARY_EXAMPLES, KERNEL_SHAPES, moe_cases
+from moegate.strategies.kernels import BIG_SHAPE, kernel_cases
 
 FIND = settings(max_examples=500, database=None, deadline=None, derandomize=True)  # a find that passed once always does
 
@@ -103,7 +103,7 @@ ALL_CHECKS_ON = settings(max_examples=100, deadline=None, database=None, suppres
 
 
 def unsupported(case: MoECase, entrypoint: str) -> list[str]:
-    """What vLLM's GPU kernels do not run, restated from ``moegate/testing/strategies/kernels.py``'s docstring."""
+    """What vLLM's GPU kernels do not run, restated from ``strategies/kernels.py``'s docstring."""
     problems = []
     shape = (case.num_experts, case.hidden, case.intermediate)
     if shape not in KERNEL_SHAPES:

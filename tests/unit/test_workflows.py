@@ -77,9 +77,9 @@ def gpu_jobs_keep_labels_and_floor(wfs: Workflows) -> list[str]:
                 f"{REUSABLE}: GPU job {job_name!r} runs on {sorted(_labels(job))}, not on the {sorted(GPU_LABELS)} pool"
             )
         runs = " ".join(str(s.get("run", "")) for s in job.get("steps", []))
-        if not re.search(r"moegate\.ci\.junit_min \S+ --min \S+ --prefix tests\.kernels", runs):
+        if not re.search(r"tooling\.ci\.junit_min \S+ --min \S+ --prefix tests\.kernels", runs):
             problems.append(
-                f"{REUSABLE}: GPU job {job_name!r} lost its executed-kernel-test minimum (moegate.ci.junit_min)"
+                f"{REUSABLE}: GPU job {job_name!r} lost its executed-kernel-test minimum (tooling.ci.junit_min)"
             )
     default = _triggers(wfs[REUSABLE]["data"])["workflow_call"]["inputs"]["min-kernel-tests"].get("default", 0)
     given = wfs[GATE]["data"]["jobs"]["moegate"].get("with", {}).get("min-kernel-tests", default)

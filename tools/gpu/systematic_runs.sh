@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The aggregate check's H200 runs (results/kernels-systematic.md), from the project root on the device,
 # after the three vLLM 0.33.0 bundle installs into $HOME/agg-vllm-site (own names: other sessions share the machine). Each step writes its log and JSON to $OUT.
-#   probe                 tools/probes/tf32_operands.py: how tl.dot reads float32 operands
+#   probe                 tools/gpu/probes/tf32_operands.py: how tl.dot reads float32 operands
 #   sweep NAME [ARGS]     moegate.kernels.sweep, 5,000 cases from seed 0, 8 workers (ARGS replace the defaults)
 #   tier NAME             the kernel tier under the ci profile (pytest tests/kernels), junit and log
 #   plant                 a copy of vLLM at $HOME/vllm-plant whose moe_sum scales by 1 + $MOEGATE_PLANT_EPS

@@ -9,7 +9,7 @@ node, and for each node this process may run on: pins 1 GiB there (first touch f
 node's CPUs), then times the GPU reading it, as a copy-engine copy to the device and as a
 kernel reading the host pages in place (zero-copy, what UVA offloading does).
 
-    python tools/probes/numa_host_reads.py [--gib 1] [--repeats 5] [--json out.json]
+    python tools/gpu/probes/numa_host_reads.py [--gib 1] [--repeats 5] [--json out.json]
 
 Needs a CUDA GPU and torch; exit 2 with one line otherwise. It reports, it does not gate.
 """

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from moegate.paths import ROOT
-from tools.ci_replay.common import PINNED, STUBBED_ACTIONS, ReplayError, _run
+from tooling.ci_replay.common import PINNED, STUBBED_ACTIONS, ReplayError, _run
 
 # --- the copy and its stand-ins ----------------------------------------------------------
 

@@ -8,7 +8,7 @@ probe asks the GPU: one 16 x 16 x 16 ``tl.dot`` with A = diag(a) and B = I, wher
 each ``a`` sits at a known place between two TF32 values, and prints what came
 out for each: ``truncated`` (toward zero), ``rounded`` (to nearest) or ``full``.
 
-    python tools/probes/tf32_operands.py [--json out.json]   # stdlib, torch and Triton only
+    python tools/gpu/probes/tf32_operands.py [--json out.json]   # stdlib, torch and Triton only
 
 Needs a CUDA GPU and Triton; exit 2 with one line otherwise. Exit 0 either way the
 answer goes: it reports, it does not gate.

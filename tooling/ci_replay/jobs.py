@@ -71,7 +71,7 @@ def replayed(runs: tuple[Run, ...] = RUNS) -> list[str]:
 def unreplayed(workflows: Mapping[str, Mapping[str, Any]], runs: tuple[Run, ...] = RUNS) -> list[str]:
     """Problems, one line each: a hosted job the replay leaves out, or a replayed job that is no hosted job."""
     hosted, listed = hosted_jobs(workflows), replayed(runs)
-    problems = [f"{job}: a hosted job the replay does not run (add it to tools/ci_replay/jobs.py RUNS)"
+    problems = [f"{job}: a hosted job the replay does not run (add it to tooling/ci_replay/jobs.py RUNS)"
                 for job in hosted if job not in listed]  # fmt: skip
     problems += [f"{job}: replayed, but not a hosted job of the workflows" for job in listed if job not in hosted]
     problems += [f"{job}: replayed twice" for i, job in enumerate(listed) if job in listed[:i]]

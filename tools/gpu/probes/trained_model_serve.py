@@ -8,7 +8,7 @@ filters, how many answers end in ``#### n`` (lm-eval's strict filter found a num
 how many hold a ``<<a*b=c>>`` calculator annotation, each response's sha256 by doc id, and
 whether a second run gave byte-identical responses. No question text is written.
 
-    python tools/probes/trained_model_serve.py --vllm-python .nox/_vllm-0.32.0/bin/python \\
+    python tools/gpu/probes/trained_model_serve.py --vllm-python .nox/_vllm-0.32.0/bin/python \\
         --eval-python .nox/_eval/bin/python --limit 50 --out reports/trained-serve
 """
 

@@ -1,7 +1,7 @@
 """Does vLLM's CUDA wNa16 kernel reject the BLOCK_SIZE_K vLLM's own heuristic picks for it?
 
 Why the kernel tier leaves out int4 with group size 32 at the Qwen3-30B-A3B shape
-(``moegate/testing/strategies/kernels.py``): the kernel-tier benchmark crashed there on an H200.
+(``strategies/kernels.py``): the kernel-tier benchmark crashed there on an H200.
 At the legacy entrypoint vLLM sends int4 weights with group size 32, 64 or 128 at
 small batches (at most six valid tokens per expert) to a CUDA kernel that accepts only BLOCK_SIZE_K / group
 size in 1, 2, 4, 8; its block heuristic grows BLOCK_SIZE_K with the problem and can
@@ -13,9 +13,9 @@ the kernel tier's space whose block the kernel would reject, from vLLM's heurist
 them (1 token, top-3) through both entrypoints, with group size 32 and, as the
 control, 64; each row says whether vLLM raised and with what.
 
-    python tools/probes/wna16_block_k.py [--run] [--json out.json]
+    python tools/gpu/probes/wna16_block_k.py [--run] [--json out.json]
 
-Found (H200, vLLM 0.33.0, 2026-11-29; ``tools/probes/README.md``): the legacy
+Found (H200, vLLM 0.33.0, 2026-11-29; ``tools/gpu/probes/README.md``): the legacy
 group-32 call raises, the modular one (Triton's wNa16 kernel) and both group-64
 controls run and match the reference.
 
@@ -40,8 +40,8 @@ from moegate.kernels.check import reference_for
 from moegate.kernels.inputs import WeightBank
 from moegate.kernels.reference import compare
 from moegate.kernels.wna16_blocks import rejected
-from moegate.testing.strategies.kernels import BIG_SHAPE, MAX_KERNEL_TOKENS, WNA16_GROUP_SIZES
-from moegate.testing.strategies.moe import KERNEL_SHAPES
+from moegate.strategies.kernels import BIG_SHAPE, MAX_KERNEL_TOKENS, WNA16_GROUP_SIZES
+from moegate.strategies.moe import KERNEL_SHAPES
 from moegate.vllm.names import TargetError
 from moegate.vllm.target import VllmTarget
 

@@ -4,7 +4,7 @@ A kernel tier that skipped everything (no CUDA, no UVA, a broken driver) exits 0
 from pytest; this makes it red instead. Executed = tests - skipped - errors (a
 failed test did execute; pytest's own exit code already fails the job for it).
 
-    python -m moegate.ci.junit_min reports/gate.xml --min 40 --prefix tests.kernels
+    python -m tooling.ci.junit_min reports/gate.xml --min 40 --prefix tests.kernels
 
 prints one line and exits 0 when the floor is met, 1 when it is not, 2 when the
 report is missing or unreadable.
@@ -49,7 +49,7 @@ def count(path: Path, prefix: str = "") -> Counts:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m moegate.ci.junit_min", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m tooling.ci.junit_min", description=__doc__.splitlines()[0])
     ap.add_argument("report", type=Path)
     ap.add_argument("--min", type=int, required=True, dest="minimum")
     ap.add_argument("--prefix", default="", help="only testcases whose classname starts with this (e.g. tests.kernels)")

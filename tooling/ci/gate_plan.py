@@ -2,10 +2,10 @@
 
 Standard library only: the `plan` job runs it with the runner's own python3.
 
-    python -m moegate.ci.gate_plan plan --tiers dispatch,kernels --base 0.32.0 --pr 0.33.0 [--models tiny] [--remote]
-    python -m moegate.ci.gate_plan nox-arg SPEC        # --vllm=SPEC or --vllm-python=PATH for the nox sessions
-    python -m moegate.ci.gate_plan local-spec SPEC [--dir WHEELS]  # on the runner: the wheel/python found there
-    python -m moegate.ci.gate_plan local-arg SPEC [--dir WHEELS]   # the same, as the nox argument
+    python -m tooling.ci.gate_plan plan --tiers dispatch,kernels --base 0.32.0 --pr 0.33.0 [--models tiny] [--remote]
+    python -m tooling.ci.gate_plan nox-arg SPEC        # --vllm=SPEC or --vllm-python=PATH for the nox sessions
+    python -m tooling.ci.gate_plan local-spec SPEC [--dir WHEELS]  # on the runner: the wheel/python found there
+    python -m tooling.ci.gate_plan local-arg SPEC [--dir WHEELS]   # the same, as the nox argument
 
 A build SPEC is a release version (``0.33.0``), a wheel (``*.whl``, a path or an
 http(s) URL) or the python of an existing environment (``/abs/path/bin/python``).
@@ -160,7 +160,7 @@ def plan(tiers_text: str, base: str, pr: str, models_text: str = "tiny", remote:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m moegate.ci.gate_plan")
+    ap = argparse.ArgumentParser(prog="python -m tooling.ci.gate_plan")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("plan")
     p.add_argument("--tiers", required=True)

@@ -1,5 +1,5 @@
 """Hypothesis strategies for fused-MoE cases: the one place tests draw inputs from."""
 
-from moegate.testing.strategies.moe import BOUNDARY_EXAMPLES, KERNEL_SHAPES, aim_at_boundary, moe_cases, pin_boundaries
+from moegate.strategies.moe import BOUNDARY_EXAMPLES, KERNEL_SHAPES, aim_at_boundary, moe_cases, pin_boundaries
 
 __all__ = ["BOUNDARY_EXAMPLES", "KERNEL_SHAPES", "aim_at_boundary", "moe_cases", "pin_boundaries"]

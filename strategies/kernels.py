@@ -27,7 +27,7 @@ draw builds it in:
   (``ignore_invalid_experts=True``), so their rows of the intermediate cache are
   never written, yet the second product's dynamic per-tensor activation scale is
   taken over every row, unwritten ones included: the output depends on stale
-  memory (``tools/probes/fp8_ep_stale_memory.py`` shows it). The modular experts
+  memory (``tools/gpu/probes/fp8_ep_stale_memory.py`` shows it). The modular experts
   avoid it (``a2_scale_is_global`` keeps those pairs). A numerics question of the
   legacy API, not of dispatch.
 - int4_w4a16 with group size 32 is not drawn at the Qwen3-30B-A3B shape at the
@@ -38,7 +38,7 @@ draw builds it in:
   group_size must be one of [1, 2, 4, 8]``) in 0.32.0 and 0.33.0 alike, the first
   time at 1 token and top-3. The modular ``TritonWNA16Experts`` always launch the
   Triton wNa16 kernel and run it. Found by the kernel-tier benchmark on an H200;
-  ``tools/probes/wna16_block_k.py`` lists every draw it hits and runs the
+  ``tools/gpu/probes/wna16_block_k.py`` lists every draw it hits and runs the
   smallest, and ``tests/dispatch/test_kernel_configs.py`` asks vLLM's heuristic
   that no legacy draw reaches it. A crash of vLLM's quantized kernels on every
   build, not a dispatch question, so the tier leaves it to the probe rather than
@@ -57,7 +57,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from moegate.core.case import DTYPES, ENTRYPOINTS, MoECase, Placement, Quant
-from moegate.testing.strategies.moe import SCHEME_FAMILIES, moe_cases
+from moegate.strategies.moe import SCHEME_FAMILIES, moe_cases
 
 MAX_KERNEL_TOKENS = 16
 """Decode-sized batches and just past the naive threshold; Triton compiles per token bucket."""
@@ -140,7 +140,7 @@ def kernel_cases(
 
     ``placement``, ``region``, ``expert_map``: as ``moe_cases``. ``quant``: always,
     never (the default) or either; ``schemes``: the quantization family
-    (``moegate.testing.strategies.moe.SCHEME_FAMILIES``: ``"wna16"``, ``"fp8"`` or None for any).
+    (``moegate.strategies.moe.SCHEME_FAMILIES``: ``"wna16"``, ``"fp8"`` or None for any).
     """
     if entrypoint not in ENTRYPOINTS:
         raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")

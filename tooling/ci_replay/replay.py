@@ -1,6 +1,6 @@
 """Run the hosted jobs of the workflows through act on this machine, as a GitHub runner would.
 
-`nox -s ci-replay` (or `python -m tools.ci_replay`) copies the checkout (what `git push`
+`nox -s ci-replay` (or `python -m tooling.ci_replay`) copies the checkout (what `git push`
 would send: tracked and untracked files, not the ignored ones) into a fresh folder, applies
 the stand-ins of README.md to that copy only, supplies the pinned actions offline from
 repository snapshots, and runs act in host mode under `env -i`: a fresh HOME, no pip
@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tools.ci_replay.common import (
+from tooling.ci_replay.common import (
     ACT_DIR,
     ANSI,
     CA_BUNDLE,
@@ -41,9 +41,9 @@ from tools.ci_replay.common import (
     load_workflows,
     step_name,
 )
-from tools.ci_replay.jobs import RUNS, Run, hosted_jobs, replayed, run_for, unreplayed
-from tools.ci_replay.results import machine, render
-from tools.ci_replay.standins import (
+from tooling.ci_replay.jobs import RUNS, Run, hosted_jobs, replayed, run_for, unreplayed
+from tooling.ci_replay.results import machine, render
+from tooling.ci_replay.standins import (
     _commit,
     copy_checkout,
     offline_action,
@@ -219,7 +219,7 @@ def replay_run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.ci_replay", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tooling.ci_replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", default="", help="comma list of workflow:job or job ids (default: every hosted job)")
     ap.add_argument(
         "--work", default="/tmp/ci-replay", help="short: vLLM's IPC sockets live under it (see SOCKET_PATH_MAX)"

@@ -1,6 +1,6 @@
 """Does stale GPU memory reach the output of vLLM's fp8 per-tensor MoE with an expert map?
 
-Why the kernel tier leaves out one combination (``moegate/testing/strategies/kernels.py``): at the
+Why the kernel tier leaves out one combination (``strategies/kernels.py``): at the
 legacy entrypoint, fp8_w8a8 with per-tensor scales and an expert map, vLLM drops the
 remote experts' pairs at alignment, so their rows of the intermediate cache are never
 written, yet the second product's dynamic per-tensor activation scale is taken over
@@ -9,7 +9,7 @@ through both entrypoints three times: with the allocator as it is, and with the 
 vLLM's intermediate cache will reuse pre-filled with 1e4 or with NaN. An output that
 changes with the fill depends on memory the call never wrote.
 
-    python tools/probes/fp8_ep_stale_memory.py [--json out.json]
+    python tools/gpu/probes/fp8_ep_stale_memory.py [--json out.json]
 
 Needs a CUDA GPU with fp8 tensor cores (compute capability 8.9+) and vLLM; each
 missing one is a one-line error and exit 2. Exit 0 either way the answer goes: it

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tools.ci_replay.common import ANSI, step_name
+from tooling.ci_replay.common import ANSI, step_name
 
 # --- results ------------------------------------------------------------------------------------
 
@@ -36,7 +36,7 @@ def render(data: dict[str, Any]) -> str:
             "",
             f"act {data.get('act', '?')} in host mode, under `env -i` (fresh HOME, `PIP_CONFIG_FILE=/dev/null`, no `../shared`), "
             "jobs one at a time; every stand-in and why it is needed: "
-            "[tools/ci_replay/README.md](../tools/ci_replay/README.md). Machine: "
+            "[tooling/ci_replay/README.md](../tooling/ci_replay/README.md). Machine: "
             + data.get("machine", machine())
             + ".",
             "",

@@ -1,5 +1,0 @@
-"""Helpers of the CI workflows (``.github/workflows``), runnable without installing anything.
-
-- ``gate_plan``: the reusable workflow's input checks and build specs (``python -m moegate.ci.gate_plan``).
-- ``junit_min``: the minimum of executed tests read from a JUnit report (``python -m moegate.ci.junit_min``).
-"""

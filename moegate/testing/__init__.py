@@ -1,1 +1,0 @@
-"""What tests draw from: ``moegate.testing.strategies``, the Hypothesis strategies (as xarray keeps its own)."""

@@ -1,0 +1,3 @@
+from tooling.ci_replay.replay import main
+
+raise SystemExit(main())

@@ -1,3 +1,0 @@
-from tools.ci_replay.replay import main
-
-raise SystemExit(main())
