@@ -178,7 +178,8 @@ def _check_output(path: Path) -> str | None:
 
 
 def _write_sample(args: argparse.Namespace) -> int:
-    from moegate.model.tiny_model import build, model_hash
+    from moegate.core.hashing import model_hash
+    from moegate.model.tiny_model import build
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.model:
@@ -216,13 +217,14 @@ def _write_sample(args: argparse.Namespace) -> int:
 
 def _text_table(model_dir: Path, args: argparse.Namespace) -> list[list[list[list[int]]]]:
     from moegate.model import router_fit, text_routing
+    from moegate.model.checkpoint import load_model, load_tokenizer
 
-    model = router_fit.load_model(model_dir, args.device)
+    model = load_model(model_dir, args.device)
     records = text_routing.read_records(args.text)
-    seqs = text_routing.text_sequences(records, router_fit.load_tokenizer(model_dir), args.sequences)
+    seqs = text_routing.text_sequences(records, load_tokenizer(model_dir), args.sequences)
     if args.greedy:
         seqs = router_fit.greedy_continuations(model, seqs)
-    return router_fit.decode_topk(model, seqs)
+    return text_routing.decode_topk(model, seqs)
 
 
 def _printout(args: argparse.Namespace) -> int:

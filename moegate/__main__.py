@@ -12,6 +12,7 @@ import sys
 
 from moegate.core.case import ENTRYPOINTS, MoECase
 from moegate.core.spec import expected_path
+from moegate.vllm.names import TargetError
 
 
 def _case(text: str) -> MoECase:
@@ -37,8 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{ep}: {expected_path(case, ep)}")
         return 0
 
-    from moegate.vllm.names import TargetError
-    from moegate.vllm.target import VllmTarget
+    from moegate.vllm.target import VllmTarget  # imports torch at its top: `moegate spec` runs without it
 
     try:
         target = VllmTarget(finish=False)  # the path is decided before any kernel runs

@@ -24,13 +24,11 @@ from moegate.ab.evidence import DEFAULT_UVA_PEAK_GBPS, MoEShape, TrafficModel, l
 from moegate.ab.plan import Dataset, DriverError, Plan, load_run
 from moegate.ab.verdict import DEFAULT_ALPHA, DEFAULT_GATE_THRESHOLD, DEFAULT_MIN_CHANGE, WITHIN
 from moegate.paths import REPORTS_DIR
-from moegate.serve.build import Build, positive_ints
+from moegate.serve.build import Build, env_pairs, positive_ints
 from moegate.serve.server import teardown_on_termination
 
 
 def _env(pairs: list[str]) -> dict[str, str]:
-    from moegate.serve.build import env_pairs
-
     try:
         return env_pairs(pairs)
     except ValueError as exc:

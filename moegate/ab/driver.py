@@ -72,15 +72,12 @@ from moegate.ab.plan import (
 )
 from moegate.ab.workers import BenchWorkers
 from moegate.core import progress
-from moegate.model.tiny_model import model_hash
+from moegate.core.hashing import model_hash
 from moegate.serve.processes import log_tail
+from moegate.serve.server import Server
 
 
 def _default_server_factory() -> ServerFactory:
-    try:
-        from moegate.serve.server import Server
-    except ImportError as exc:
-        raise DriverError(f"the e2e tier's server runner is not importable ({exc}): moegate/serve/server.py") from None
     return Server
 
 

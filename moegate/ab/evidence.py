@@ -118,7 +118,7 @@ def expected_unique_experts(experts: int, top_k: int, tokens: int) -> float:
 
 def measured_reads(steps: Sequence[Sequence[Sequence[int]]]) -> tuple[float, float]:
     """Mean (pairs, unique experts) per step from routed top-k ids, through the traffic model."""
-    from moegate.kernels.traffic import naive_blocks, sorted_blocks
+    from moegate.kernels.traffic import naive_blocks, sorted_blocks  # imports torch at its top
 
     if not steps:
         raise ValueError("routing sample has no steps")

@@ -183,7 +183,7 @@ class Run:
     prompts: dict[int, int]
     prompts_note: str
     starts: list[StartRecord]
-    # moegate.model.tiny_model.model_hash of a model folder; empty for a hub name, or before it was kept
+    # moegate.core.hashing.model_hash of a model folder; empty for a hub name, or before it was kept
     model_hash: str = ""
 
     def samples(self, role: str) -> dict[int, list[float]]:

@@ -8,10 +8,10 @@ copy is one clear error instead of a silently different benchmark.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
+from moegate.core.hashing import sha256_file
 from moegate.paths import SHARED_DIR
 
 GSM8K_SHA256 = {
@@ -22,19 +22,6 @@ GSM8K_SHA256 = {
 
 class DataError(RuntimeError):
     """A data file that is missing or not the published one."""
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def text_sha256(text: str) -> str:
-    """The hash goldens and result files keep instead of a data set's text."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def gsm8k_dir(option: str | os.PathLike[str] | None = None) -> Path:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moegate.e2e import datasets
+from moegate.core.hashing import text_sha256
 from moegate.e2e.gsm8k_task import FILTERS, LM_EVAL_VERSION, LOCAL_TASK, Gsm8kError
 
 
@@ -100,9 +100,9 @@ def records(samples: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
         out.append(
             {
                 "doc_id": int(doc_id),
-                "question_sha256": datasets.text_sha256(s["question"]),
-                "prompt_sha256": datasets.text_sha256(s["prompt"]),
-                "response_sha256": datasets.text_sha256(s["response"]),
+                "question_sha256": text_sha256(s["question"]),
+                "prompt_sha256": text_sha256(s["prompt"]),
+                "response_sha256": text_sha256(s["response"]),
                 "response": s["response"],
                 "strict": strict["extracted"],
                 "flexible": flexible["extracted"],

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from moegate.core.golden import GOLDEN_DIR, atomic_write
-from moegate.e2e.datasets import DataError, text_sha256
+from moegate.core.hashing import text_sha256
+from moegate.e2e.datasets import DataError
 
 MAX_PROMPT_BYTES = 1500
 PROMPT_SET = GOLDEN_DIR / "e2e" / "sharegpt-prompts.json"

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core import progress
+from moegate.core.hashing import model_hash
 from moegate.e2e import goldens, greedy
 from moegate.e2e.greedy import Completion
 from moegate.e2e.prompts import Prompt
 from moegate.e2e.verdict import GateResult
-from moegate.model.tiny_model import model_hash
 from moegate.serve.attached import AttachedServer
 from moegate.serve.build import Build
 from moegate.serve.server import Server

@@ -31,7 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from moegate.core.golden import atomic_write
 from moegate.model.tiny_spec import TinyMoESpec
+from moegate.vllm import offline
+from moegate.vllm.names import UVA_MARKER
 
 GIB = 1 << 30
 
@@ -126,8 +129,6 @@ def engine_kwargs(scenario: Scenario, spec: TinyMoESpec, *, cuda: bool, moe_back
 
 def check_engine_kwargs(kwargs: dict[str, Any]) -> None:
     """Fail with one line naming any kwarg this vLLM's ``EngineArgs`` lacks (a rename between releases)."""
-    from moegate.vllm import offline
-
     known = offline.engine_arg_names()
     missing = sorted(k for k in kwargs if k not in known)
     if missing:
@@ -147,8 +148,6 @@ def expert_markers(model: Any) -> dict[str, dict[str, Any]]:
 
     Runs inside the worker through ``LLM.apply_model``; returns plain data only.
     """
-    from moegate.vllm.names import UVA_MARKER
-
     return {
         name: {
             "marked": bool(getattr(p, UVA_MARKER, False)),
@@ -175,8 +174,6 @@ def run_scenario(
     if not cuda:
         # the CPU build otherwise sizes its KV cache to most of the machine's memory
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from moegate.vllm import offline
-
     spec = TinyMoESpec.from_model_dir(model_dir)
     kwargs = engine_kwargs(scenario, spec, cuda=cuda, moe_backend=moe_backend)
     check_engine_kwargs(kwargs)
@@ -193,7 +190,7 @@ def run_scenario(
     if trace:
         # After the engine is built: the recorders stop any call made outside a trace,
         # and the engine's start-up (profile and warm-up runs) must not be stopped.
-        from moegate.vllm.target import VllmTarget
+        from moegate.vllm.target import VllmTarget  # imports torch at its top: the module imports without it
 
         target = VllmTarget(finish=True)
     sampling = offline.greedy_sampling(max_tokens)
@@ -243,8 +240,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     parser.add_argument("--moe-backend", default=None, help="vLLM moe_backend (default: triton on CUDA)")
     args = parser.parse_args(argv)
-
-    from moegate.core.golden import atomic_write
 
     try:
         if args.scenario not in SCENARIOS:

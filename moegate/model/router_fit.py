@@ -31,13 +31,17 @@ record keeps the recipe, the fitted biases' summary and the check (``fit_routing
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from moegate.model.text_routing import (
     LEVELS,
     TextSequence,
+    batches,
+    decode_topk,
+    forward_batch,
     layer_map,
     map_popularity,
     measured_curve,
@@ -49,72 +53,8 @@ TOLERANCE = 0.05
 ITERATIONS = 400
 
 
-def load_model(model_dir: Any, device: str | None = None) -> Any:
-    """A built model in bf16 (as served), in eval mode, on ``device`` (default: CPU)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16).eval()
-    if hasattr(model, "set_experts_implementation"):  # transformers 5: one grouped GEMM, not a loop over experts
-        model.set_experts_implementation("grouped_mm")
-    return model.to(device or "cpu")
-
-
-def load_tokenizer(model_dir: Any) -> Callable[[str], list[int]]:
-    """The model folder's tokenizer as ``text -> ids`` (no special tokens: vLLM's prompts carry none here)."""
-    from pathlib import Path
-
-    from tokenizers import Tokenizer
-
-    path = Path(model_dir) / "tokenizer.json"
-    if not path.is_file():
-        raise ValueError(f"{model_dir} has no tokenizer.json: build it with --tokenizer-data")
-    tok = Tokenizer.from_file(str(path))
-    tok.no_truncation()
-    return lambda text: tok.encode(text, add_special_tokens=False).ids
-
-
-BATCH = 8
-
-
-def _batches(seqs: Sequence[TextSequence], batch: int = BATCH) -> list[list[int]]:
-    """Indices of ``seqs`` in groups of similar length (fewer padded positions), in a fixed order."""
-    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].tokens), i))
-    return [order[i : i + batch] for i in range(0, len(order), batch)]
-
-
-def _forward(model: Any, seqs: Sequence[TextSequence], group: list[int], **kw: Any) -> Any:
-    """One right-padded batch: with a causal model a position never sees the padding after it."""
-    import torch
-
-    width = max(len(seqs[i].tokens) for i in group)
-    ids = torch.zeros((len(group), width), dtype=torch.long)
-    for row, i in enumerate(group):
-        ids[row, : len(seqs[i].tokens)] = torch.tensor(seqs[i].tokens)
-    return model(ids.to(next(model.parameters()).device), **kw), width
-
-
-def decode_topk(model: Any, seqs: Sequence[TextSequence]) -> list[list[list[list[int]]]]:
-    """Every layer's top-k at each sequence's decode positions (layers x seqs x positions x k)."""
-    import torch
-
-    cfg = model.config
-    rows: dict[int, list[list[list[int]]]] = {}
-    with torch.no_grad():
-        for group in _batches(seqs):
-            out, width = _forward(model, seqs, group, output_router_logits=True)
-            for row, i in enumerate(group):
-                sl = slice(row * width + len(seqs[i].prompt), row * width + len(seqs[i].tokens))
-                rows[i] = [
-                    lg[sl].float().topk(cfg.num_experts_per_tok, dim=-1).indices.tolist() for lg in out.router_logits
-                ]
-    return [[rows[i][layer] for i in range(len(seqs))] for layer in range(cfg.num_hidden_layers)]
-
-
 def greedy_continuations(model: Any, seqs: Sequence[TextSequence]) -> list[TextSequence]:
     """Each sequence with its continuation replaced by the model's own greedy tokens (as many), one text at a time."""
-    import dataclasses
-
     import torch
 
     device = next(model.parameters()).device
@@ -147,11 +87,11 @@ def router_inputs(model: Any, layer: int, seqs: Sequence[TextSequence]) -> Any:
     parts: dict[int, Any] = {}
     try:
         with torch.no_grad():
-            for group in _batches(seqs):
+            for group in batches(seqs):
                 captured.clear()
                 width = max(len(seqs[i].tokens) for i in group)
                 try:
-                    _forward(model, seqs, group)
+                    forward_batch(model, seqs, group)
                 except _Captured:
                     pass
                 x = captured[0].reshape(len(group), width, -1)

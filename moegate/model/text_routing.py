@@ -50,7 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core.golden import atomic_write
-from moegate.e2e.datasets import sha256_file
+from moegate.core.hashing import model_hash, sha256_file
+from moegate.model.checkpoint import load_model, load_tokenizer
 
 LEVELS = (1, 2, 3, 4, 8)
 PROMPT_TOKENS = (4, 1024)  # vllm bench serve's ShareGPT filter
@@ -229,11 +230,46 @@ def read_target(path: Path) -> dict[str, Any]:
     return doc
 
 
+BATCH = 8
+"""Sequences a forward pass takes at once (``batches``)."""
+
+
+def batches(seqs: Sequence[TextSequence], batch: int = BATCH) -> list[list[int]]:
+    """Indices of ``seqs`` in groups of similar length (fewer padded positions), in a fixed order."""
+    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].tokens), i))
+    return [order[i : i + batch] for i in range(0, len(order), batch)]
+
+
+def forward_batch(model: Any, seqs: Sequence[TextSequence], group: list[int], **kw: Any) -> Any:
+    """One right-padded batch: with a causal model a position never sees the padding after it."""
+    import torch
+
+    width = max(len(seqs[i].tokens) for i in group)
+    ids = torch.zeros((len(group), width), dtype=torch.long)
+    for row, i in enumerate(group):
+        ids[row, : len(seqs[i].tokens)] = torch.tensor(seqs[i].tokens)
+    return model(ids.to(next(model.parameters()).device), **kw), width
+
+
+def decode_topk(model: Any, seqs: Sequence[TextSequence]) -> list[list[list[list[int]]]]:
+    """Every layer's top-k at each sequence's decode positions (layers x seqs x positions x k)."""
+    import torch
+
+    cfg = model.config
+    rows: dict[int, list[list[list[int]]]] = {}
+    with torch.no_grad():
+        for group in batches(seqs):
+            out, width = forward_batch(model, seqs, group, output_router_logits=True)
+            for row, i in enumerate(group):
+                sl = slice(row * width + len(seqs[i].prompt), row * width + len(seqs[i].tokens))
+                rows[i] = [
+                    lg[sl].float().topk(cfg.num_experts_per_tok, dim=-1).indices.tolist() for lg in out.router_logits
+                ]
+    return [[rows[i][layer] for i in range(len(seqs))] for layer in range(cfg.num_hidden_layers)]
+
+
 def measure(model_dir: Path, sharegpt: Path, out: Path, *, sequences: int = SEQUENCES, seed: int = 0) -> dict[str, Any]:
     """Measure ``model_dir``'s routing over ShareGPT text and write the target file (fit and held-out texts)."""
-    from moegate.model.router_fit import decode_topk, load_model, load_tokenizer
-    from moegate.model.tiny_model import model_hash
-
     records = read_records(sharegpt)
     encode = load_tokenizer(model_dir)
     fit = text_sequences(records, encode, sequences)

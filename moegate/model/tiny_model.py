@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -43,75 +42,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from moegate.core.hashing import sha256_file
+from moegate.model import router_fit, text_routing
+from moegate.model.checkpoint import load_tokenizer, make_model
 from moegate.model.tiny_spec import BUILD_INFO, PRESETS, TRAINED_PRESETS, TinyMoESpec
-
-
-def _init_weights(model: Any, spec: TinyMoESpec) -> None:
-    """Fill every parameter from one seeded generator, in registration order.
-
-    Not left to ``transformers``' own init: that differs between releases and may
-    leave fused expert tensors to ``torch.empty``; this way the weights depend on
-    the seed and the parameter layout only. Norm scales (the only 1-D parameters)
-    are ones.
-    """
-    import torch
-
-    gen = torch.Generator(device="cpu").manual_seed(spec.seed)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.dim() == 1:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, spec.init_std, generator=gen)
-
-
-def _skew_router(model: Any, spec: TinyMoESpec) -> None:
-    """Bias every router towards ``hot_experts`` experts of its layer.
-
-    One fixed unit direction ``u`` is added to every token embedding (about as long as
-    the embedding itself), so the residual stream, and the normalised input every
-    router sees, keeps a large component along ``u``. Each layer's hot experts (the
-    first ``hot_experts`` of a seeded permutation) get ``b * u`` added to their router
-    row, with ``b`` chosen so their logits rise by about ``router_skew`` standard
-    deviations of the random logits. What the routers then see is dominated by
-    attention, not by the embedding: in this random model attention's output is far
-    longer than the embedding and, every value vector sharing the ``u`` component,
-    nearly the same for every token. So a step's tokens share experts heavily, but not
-    mainly the hot ones (``bench/bench_routing.py`` measures it from a forward pass:
-    3.35 pairs per unique expert at 4 tokens with skew 1.0, about 1.1 without).
-    """
-    if spec.router_skew <= 0:
-        return
-    import torch
-
-    gen = torch.Generator(device="cpu").manual_seed(spec.seed + 7919)
-    u = torch.randn(spec.hidden, generator=gen)
-    u /= u.norm()
-    embed_scale = spec.init_std * spec.hidden**0.5
-    # after RMSNorm, x.u ~ sqrt(hidden / 2) and the random logits' std ~ init_std * sqrt(hidden)
-    b = spec.router_skew * spec.init_std * 2**0.5
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("embed_tokens.weight"):
-                p.add_(embed_scale * u.to(p.dtype))
-            elif name.endswith("mlp.gate.weight"):
-                hot = torch.randperm(spec.experts, generator=gen)[: spec.hot_experts]
-                p[hot] += b * u.to(p.dtype)
-
-
-def make_model(spec: TinyMoESpec) -> Any:
-    """The seeded, not yet trained ``Qwen3MoeForCausalLM`` in fp32 (``_write`` saves it in bf16)."""
-    import torch
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-
-    config = Qwen3MoeConfig(**spec.hf_config_kwargs())
-    # the caller's RNG is left as it was: transformers' constructor draws from it
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(spec.seed)
-        model = Qwen3MoeForCausalLM(config)
-    _init_weights(model, spec)
-    _skew_router(model, spec)
-    return model
+from moegate.model.tiny_train import RECIPES, TrainRecipe, train_checkpoint
+from moegate.model.tokenizer import train_tokenizer
 
 
 def _write(out: Path, spec: TinyMoESpec, routing: tuple[Path, Path] | None = None, device: str | None = None) -> None:
@@ -138,15 +74,12 @@ def _fit_text_routing(model: Any, spec: TinyMoESpec, out: Path, target: Path, te
     """``moegate.model.router_fit`` on ``model`` in place, over ShareGPT text through ``out``'s tokenizer."""
     import torch
 
-    from moegate.e2e.datasets import sha256_file
-    from moegate.model import router_fit, text_routing
-
     doc = text_routing.read_target(target)
     if sha256_file(text) != doc["text"]["sha256"]:
         raise ValueError(f"{text} is not the ShareGPT file the target was measured on (sha256 differs)")
     n = len(doc["text"]["fit_ids"])
     records = text_routing.read_records(text)
-    encode = router_fit.load_tokenizer(out)
+    encode = load_tokenizer(out)
     fit = text_routing.text_sequences(records, encode, n)
     held = text_routing.text_sequences(records, encode, n, skip=n)
     model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -157,8 +90,6 @@ def _fit_text_routing(model: Any, spec: TinyMoESpec, out: Path, target: Path, te
 
 def _write_tokenizer(out: Path, spec: TinyMoESpec, data: Path) -> dict[str, Any]:
     """Train the byte-level BPE tokenizer on GSM8K's train split and write it beside the weights."""
-    from moegate.model.tokenizer import train_tokenizer
-
     return train_tokenizer(data, out, vocab=spec.vocab, max_length=spec.max_positions)
 
 
@@ -166,34 +97,8 @@ def _record_hashes(out: Path, extra: dict[str, Any]) -> None:
     """Add every written file's sha256 (the build record itself excluded) and ``extra`` to it."""
     info = json.loads((out / BUILD_INFO).read_text())
     info.update(extra)
-    info["files"] = {
-        f.name: hashlib.sha256(f.read_bytes()).hexdigest()
-        for f in sorted(out.iterdir())
-        if f.is_file() and f.name != BUILD_INFO
-    }
+    info["files"] = {f.name: sha256_file(f) for f in sorted(out.iterdir()) if f.is_file() and f.name != BUILD_INFO}
     (out / BUILD_INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-
-
-def model_hash(model_dir: str | os.PathLike[str]) -> str:
-    """One short hash of a built model's files (weights, config, tokenizer), from its build record.
-
-    For a directory without a record (a real checkpoint), the hash of its config and
-    tokenizer files: enough to key goldens by, without reading gigabytes.
-    """
-    root = Path(model_dir)
-    info = root / BUILD_INFO
-    if info.is_file():
-        record = json.loads(info.read_text())
-        files = record.get("files")
-        if files:
-            # the spec and the tensors and tokenizer, not config.json: it names the transformers release
-            numeric = {k: v for k, v in files.items() if k not in ("config.json", "generation_config.json")}
-            key = json.dumps({"spec": record.get("spec"), "files": numeric}, sort_keys=True)
-            return hashlib.sha256(key.encode()).hexdigest()[:16]
-    h = hashlib.sha256()
-    for f in sorted(root.glob("*.json")):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def build(
@@ -232,8 +137,6 @@ def build(
         raise ValueError(f"tokenizer data {data} is not a file")
     recipe = None
     if preset in TRAINED_PRESETS or train:
-        from moegate.model.tiny_train import RECIPES, TrainRecipe
-
         base = dataclasses.asdict(RECIPES.get(preset, TrainRecipe()))
         recipe = TrainRecipe.from_dict({**base, **(train or {})})
         if data is None:
@@ -259,8 +162,6 @@ def build(
             extra["tokenizer"] = _write_tokenizer(tmp, spec, data)
         _write(tmp, spec, routing, device)
         if recipe is not None and data is not None:
-            from moegate.model.tiny_train import train_checkpoint
-
             extra["training"] = train_checkpoint(tmp, spec, recipe, data, device=device)
         _record_hashes(tmp, extra)
         os.chmod(tmp, 0o755)
@@ -299,8 +200,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     for f in dataclasses.fields(TinyMoESpec):
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(f.default), default=None)
-    from moegate.model.tiny_train import TrainRecipe
-
     for f in dataclasses.fields(TrainRecipe):
         kind = _flag if isinstance(f.default, bool) else type(f.default)
         parser.add_argument("--train-" + f.name.replace("_", "-"), dest="train_" + f.name, type=kind, default=None)

@@ -11,11 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from moegate.core import hashing
+
 BF16_BYTES = 2
 
 
-BUILD_INFO = "moegate_tiny_model.json"
-"""Written beside the checkpoint: the spec it was built from, with library versions."""
+BUILD_INFO = hashing.BUILD_INFO
+"""Written beside the checkpoint: the spec it was built from, with library versions (``moegate.core.hashing`` keys a
+model folder by it, so its name lives there)."""
 
 
 @dataclass(frozen=True)

@@ -24,19 +24,22 @@ the same bits is measured, not assumed: see ``results/tiny-model-trained.md``.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import hashlib
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moegate.model.tiny_model import make_model
+from moegate.core.hashing import sha256_file
+from moegate.model.checkpoint import make_model
 from moegate.model.tiny_spec import BUILD_INFO, TinyMoESpec
+from moegate.model.tokenizer import _texts
 from moegate.paths import MODELS_DIR
 
 TRAINED_MODEL_ENV = "MOEGATE_E2E_TRAINED_MODEL"
@@ -106,14 +109,6 @@ RECIPES: dict[str, TrainRecipe] = {"e2e-trained": TrainRecipe()}
 """The trained presets of ``tiny_spec.PRESETS`` and how each is trained."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def pack_rows(data: Path, tokenizer_json: Path, seq_len: int) -> tuple[Any, dict[str, Any]]:
     """Every record as the tokenizer saw it (``Question: ...\\nAnswer: ...\\n\\n``), in file order, packed into rows.
 
@@ -124,8 +119,6 @@ def pack_rows(data: Path, tokenizer_json: Path, seq_len: int) -> tuple[Any, dict
     import torch
     from tokenizers import Tokenizer
 
-    from moegate.model.tokenizer import _texts
-
     tok = Tokenizer.from_file(str(tokenizer_json))
     texts = list(_texts(data))
     ids = [i for enc in tok.encode_batch(texts, add_special_tokens=False) for i in enc.ids]
@@ -135,7 +128,7 @@ def pack_rows(data: Path, tokenizer_json: Path, seq_len: int) -> tuple[Any, dict
     stream = torch.tensor(ids[: rows * seq_len], dtype=torch.long).view(rows, seq_len)
     return stream, {
         "file": data.name,
-        "sha256": _sha256(data),
+        "sha256": sha256_file(data),
         "documents": len(texts),
         "tokens": len(ids),
         "rows": rows,
@@ -274,8 +267,8 @@ def check_record(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
         path = root / name
         if not path.is_file():
             bad.append(f"{name} missing")
-        elif _sha256(path) != digest:
-            bad.append(f"{name} sha256 {_sha256(path)[:12]}, recorded {digest[:12]}")
+        elif sha256_file(path) != digest:
+            bad.append(f"{name} sha256 {sha256_file(path)[:12]}, recorded {digest[:12]}")
     if bad or not files:
         raise TrainedModelError(f"{root} does not match its build record: {'; '.join(bad) or 'no files recorded'}")
     return record
@@ -335,9 +328,6 @@ def curve_table(record: dict[str, Any], every: int = 25) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the trained model's directory after checking it (or another's, its curve, two runs' comparison)."""
-    import argparse
-    import sys
-
     parser = argparse.ArgumentParser(prog="python -m moegate.model.tiny_train", description=main.__doc__)
     parser.add_argument("--check", metavar="DIR", default=None, help="check this directory instead")
     parser.add_argument("--curve", metavar="DIR", default=None, help="print DIR's loss curve (Markdown)")

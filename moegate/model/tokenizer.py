@@ -9,6 +9,7 @@ file's order from one thread's view of the data, so the same data and the same
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,6 @@ def _texts(data: Path) -> Iterator[str]:
 
 def train_tokenizer(data: Path, out: Path, *, vocab: int, max_length: int) -> dict[str, Any]:
     """Write ``tokenizer.json`` and ``tokenizer_config.json`` into ``out``; return what was built."""
-    import os
-
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import tokenizers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

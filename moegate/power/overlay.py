@@ -14,7 +14,6 @@ removes.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -26,10 +25,6 @@ from moegate.serve.processes import pid_alive
 
 WORKDIR_PREFIX = "moegate-power-"
 SUITE_PATHS = ("moegate", "strategies", "tests", "golden", "pyproject.toml")
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def make_workdir() -> Path:

@@ -65,7 +65,7 @@ def _on_observation(observation: Any, *_: Any) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     try:
-        from hypothesis.internal.observability import add_observability_callback
+        from hypothesis.internal.observability import add_observability_callback  # newer Hypothesis only
     except ImportError:  # older Hypothesis: the failing test report is the fallback
         return
     add_observability_callback(_on_observation)

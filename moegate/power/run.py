@@ -25,12 +25,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from moegate.core import progress
+from moegate.core.hashing import sha256_file
 from moegate.paths import EQUIVALENT_MUTANTS, ROOT
 from moegate.power import summary_line
 from moegate.power.driver import collect, keep_only, require_tool, run_tool, select, tally
 from moegate.power.errors import PowerError
 from moegate.power.outcome import BUILD_PYTHON, Outcome, load_equivalents, score
-from moegate.power.overlay import build_overlay, clean_stale_workdirs, make_workdir, sha256, snapshot_suite
+from moegate.power.overlay import build_overlay, clean_stale_workdirs, make_workdir, snapshot_suite
 from moegate.power.regions import REGIONS, find_regions
 from moegate.vllm import names
 from moegate.vllm.planted import BuildError, make_build
@@ -101,7 +102,7 @@ def run(
         find_regions(sources)  # reports the missing files together with anything else missing
     regions = find_regions(sources, where=f"vLLM {version} at {package_dir}")
     equivalents = load_equivalents(equivalents_file)
-    before = {f: sha256(package_dir / f) for f in files}
+    before = {f: sha256_file(package_dir / f) for f in files}
 
     clean_stale_workdirs()
     work = make_workdir()
@@ -177,11 +178,11 @@ def run(
             collect(db, mutants, equivalents)
             show(Counter(m.status for m in mutants if m.status != "pending"))
         for f, p in copies.items():  # cosmic-ray restores each copy after its mutant
-            if sha256(p) != before[f]:
+            if sha256_file(p) != before[f]:
                 raise PowerError(f"the overlay copy of {f} was left mutated by cosmic-ray: {p}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        after = {f: sha256(package_dir / f) for f in files}
+        after = {f: sha256_file(package_dir / f) for f in files}
         if after != before:
             raise PowerError(
                 f"INSTALLED vLLM FILES CHANGED during the power run: {[f for f in files if after[f] != before[f]]}"

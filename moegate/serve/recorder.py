@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
 
-from moegate.e2e.datasets import text_sha256
+from moegate.core.hashing import text_sha256
 
 COMPLETIONS = "/v1/completions"
 TIMEOUT_S = 3600.0

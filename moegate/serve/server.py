@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -55,8 +56,6 @@ def teardown_on_termination() -> Iterator[None]:
     starts failed in engine start-up. SIGINT already raises ``KeyboardInterrupt``.
     Only the main thread can install handlers; elsewhere this does nothing.
     """
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 from pathlib import Path
 
 MISSING = 2
@@ -81,9 +83,6 @@ def _write_result(result: dict, json_out: Path) -> None:
 
 def worker() -> int:
     """Serve benchmark requests from stdin until it closes; vLLM's own output goes to stderr."""
-    import os
-    import traceback
-
     reply = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever the benchmark prints lands on stderr, never in the replies
     sys.stdout = sys.stderr

@@ -10,7 +10,7 @@ import pytest
 from moegate.ab import report
 from moegate.ab.plan import Dataset, DriverError, load_run, schedule
 from moegate.ab.verdict import compare
-from moegate.model.tiny_model import model_hash
+from moegate.core.hashing import model_hash
 from moegate.model.tiny_spec import BUILD_INFO
 from tests.support.ab import StubBench, StubServer, make_driver, reset_stubs, tok_s  # noqa: F401 (autouse)
 

@@ -199,7 +199,7 @@ def test_fitted_routers_reproduce_a_target_curve_on_other_texts():
         "text": {"sha256": "-"},
         "held_out_pairs_per_unique": {"overall": curve},
     }
-    unbiased = tr.measured_curve(router_fit.decode_topk(model, _random_texts(48, 2)))["overall"]
+    unbiased = tr.measured_curve(tr.decode_topk(model, _random_texts(48, 2)))["overall"]
     assert unbiased["4"] < 0.9 * curve["4"]  # the random routers share far less than the target
     record = router_fit.fit_routing(model, spec, target, _random_texts(48, 1), _random_texts(48, 2), tolerance=0.08)
     assert record["check"]["ok"] and record["layer_map"] == [0, 0]

@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from moegate.e2e import datasets, scored
+from moegate.core import hashing
+from moegate.e2e import scored
 from moegate.e2e.gsm8k_output import Gsm8kRun, attach_decoded
 from moegate.e2e.scoring import Scored
 from moegate.serve import recorder
@@ -89,7 +90,7 @@ def test_a_completion_is_recorded_with_its_ids_and_answered_without_them(upstrea
     assert models == {"data": [{"id": "m"}]}  # other requests pass through as they are
     (entry,) = recorder.read(log)
     assert entry == {
-        "prompt_sha256": datasets.text_sha256("Question: 43?"), "text": "?34 :noitseuQ",
+        "prompt_sha256": hashing.text_sha256("Question: 43?"), "text": "?34 :noitseuQ",
         "prompt_ids": ids_of("Question: 43?"), "ids": ids_of("?34 :noitseuQ"),
     }  # fmt: skip
 
@@ -101,8 +102,8 @@ def test_concurrent_requests_are_each_recorded_once(upstream, tmp_path):
         texts = list(pool.map(lambda p: post(rec.url, {"prompt": p})["choices"][0]["text"], prompts))
     assert texts == [p[::-1] for p in prompts]
     kept = recorder.decoded_by_prompt(log)
-    assert sorted(kept) == sorted(datasets.text_sha256(p) for p in prompts)
-    assert all(kept[datasets.text_sha256(p)]["ids"] == ids_of(p[::-1]) for p in prompts)
+    assert sorted(kept) == sorted(hashing.text_sha256(p) for p in prompts)
+    assert all(kept[hashing.text_sha256(p)]["ids"] == ids_of(p[::-1]) for p in prompts)
 
 
 def test_a_server_that_does_not_answer_is_a_502_in_one_line(tmp_path):
@@ -118,7 +119,7 @@ def test_a_server_that_does_not_answer_is_a_502_in_one_line(tmp_path):
 
 def _run(docs: dict[int, tuple[str, str]]) -> Gsm8kRun:
     recs = [
-        {"doc_id": d, "prompt_sha256": datasets.text_sha256(p), "response": r, "exact_match_strict": 0,
+        {"doc_id": d, "prompt_sha256": hashing.text_sha256(p), "response": r, "exact_match_strict": 0,
          "exact_match_flexible": 0}
         for d, (p, r) in docs.items()
     ]  # fmt: skip
@@ -128,10 +129,10 @@ def _run(docs: dict[int, tuple[str, str]]) -> Gsm8kRun:
 def test_decoded_ids_are_attached_only_where_prompt_and_text_match(tmp_path):
     log = tmp_path / "decoded.jsonl"
     lines = [
-        {"prompt_sha256": datasets.text_sha256("p0"), "text": "r0", "prompt_ids": [1], "ids": [2, 3]},
-        {"prompt_sha256": datasets.text_sha256("p1"), "text": "not what lm-eval logged", "prompt_ids": [1], "ids": [4]},
-        {"prompt_sha256": datasets.text_sha256("p2"), "text": "r2", "prompt_ids": [1], "ids": [5]},
-        {"prompt_sha256": datasets.text_sha256("p2"), "text": "r2", "prompt_ids": [1], "ids": [6]},  # answered twice
+        {"prompt_sha256": hashing.text_sha256("p0"), "text": "r0", "prompt_ids": [1], "ids": [2, 3]},
+        {"prompt_sha256": hashing.text_sha256("p1"), "text": "not what lm-eval logged", "prompt_ids": [1], "ids": [4]},
+        {"prompt_sha256": hashing.text_sha256("p2"), "text": "r2", "prompt_ids": [1], "ids": [5]},
+        {"prompt_sha256": hashing.text_sha256("p2"), "text": "r2", "prompt_ids": [1], "ids": [6]},  # answered twice
     ]
     log.write_text("".join(json.dumps(x) + "\n" for x in lines))
     run = attach_decoded(_run({0: ("p0", "r0"), 1: ("p1", "r1"), 2: ("p2", "r2"), 3: ("p3", "r3")}), log)

@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="the tiny-model builder needs transformers")
 
+from moegate.core.hashing import model_hash
 from moegate.model import tiny_model, tiny_spec
 from moegate.model.tiny_model import build
 from moegate.model.tiny_spec import BUILD_INFO, TinyMoESpec
@@ -175,8 +176,8 @@ def test_a_build_with_its_tokenizer_is_reproducible_and_records_every_file(tmp_p
     record = json.loads((a / BUILD_INFO).read_text())
     assert set(record["files"]) >= {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "config.json"}
     assert record["files"]["tokenizer.json"] == sha256(a / "tokenizer.json") and record["tokenizer"]["vocab"] == 512
-    assert tiny_model.model_hash(a) == tiny_model.model_hash(b)
-    assert tiny_model.model_hash(a) != tiny_model.model_hash(build(tmp_path / "c", **shape))
+    assert model_hash(a) == model_hash(b)
+    assert model_hash(a) != model_hash(build(tmp_path / "c", **shape))
 
 
 def test_router_skew_moves_only_the_embeddings_and_the_routers(tmp_path):

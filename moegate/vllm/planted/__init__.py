@@ -27,6 +27,7 @@ exit 2, nothing written.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -131,8 +132,6 @@ def make_build(dest: Path, python: str, *, sites: Sequence[str] = (), bug: str |
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m moegate.vllm.planted", description=(__doc__ or "").split("\n")[0])
     ap.add_argument("dest", type=Path, help="the build's venv directory (made, or remade if it is one)")
     ap.add_argument("--python", required=True, help="the interpreter whose packages the build sees")

@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from moegate.core.hashing import model_hash
 from moegate.e2e import gsm8k
-from moegate.model.tiny_model import model_hash
 from moegate.model.tiny_train import trained_model_dir
 from moegate.serve.build import parse_build
 from moegate.serve.server import Server, teardown_on_termination
