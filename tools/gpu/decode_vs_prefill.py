@@ -5,37 +5,43 @@
 For the base build's greedy continuations at 1 and 4 in flight, each token's log-probability as the
 greedy pass reported it (``top`` at that position) against the scored log-probability of the same
 token under both scoring compositions (``scores.json``), up to where a 4-in-flight continuation
-leaves the scored one. Prints per pair and in-flight count the tokens compared, the largest
+leaves the scored one; the files are read by moegate's own readers (``moegate.e2e.scored.read``,
+``moegate.e2e.run.read_raw``). Prints per pair and in-flight count the tokens compared, the largest
 difference and the share of tokens that differ at all. A GSM8K divergence happens in decode and is
 re-scored in prefill: this is the noise between the two.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from moegate.e2e import scored
+from moegate.e2e.run import read_raw
 
-def measure(pair: Path) -> dict[str, tuple[int, float, float]]:
-    scores = json.loads((pair / "run" / "scores.json").read_text())
-    greedy = json.loads((pair / "run" / "greedy-base.json").read_text())
-    seqs = {s["seq_id"]: s for s in scores["sequences"]}
+
+def measure(pair: Path) -> dict[int, tuple[int, float, float]]:
+    """In-flight count -> (tokens compared, largest difference, share that differ), read with moegate's readers."""
+    data = scored.read(pair / "run")
+    if data is None:
+        raise SystemExit(f"{pair}: no run/scores.json")
+    greedy = read_raw(pair / "run", "base").greedy
+    seqs = {s.seq_id: s for s in data.sequences}
     out = {}
-    for c, records in greedy["greedy"].items():
+    for c, completions in greedy.items():
         diffs = []
-        for r in records:
-            seq = seqs.get(r["prompt_id"])
+        for r in completions:
+            seq = seqs.get(r.prompt_id)
             if seq is None:
                 continue
-            scored = [scores["scores"]["base"][k][r["prompt_id"]]["logprobs"] for k in (0, 1)]
-            ref = seq["token_ids"][seq["start"] :]
-            for p, (tok, top) in enumerate(zip(r["token_ids"], r["top"], strict=False)):
+            scores = [data.scores["base"][k][r.prompt_id].logprobs for k in (0, 1)]
+            ref = seq.token_ids[seq.start :]
+            for p, (tok, top) in enumerate(zip(r.token_ids, r.top, strict=False)):
                 if p >= len(ref) or ref[p] != tok:
                     break
-                lp = {int(t): float(x) for t, x in top}.get(tok)
+                lp = dict(top).get(tok)
                 if lp is not None:
-                    diffs.append(max(abs(lp - scored[0][p]), abs(lp - scored[1][p])))
+                    diffs.append(max(abs(lp - scores[0][p]), abs(lp - scores[1][p])))
         if diffs:
             out[c] = (len(diffs), max(diffs), sum(d > 0 for d in diffs) / len(diffs))
     return out

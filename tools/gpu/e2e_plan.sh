@@ -20,6 +20,7 @@
 # others' allocations as its own (5 of 12 failed: "Available KV cache memory: -7.12 GiB").
 # GSM8K: 250 questions once per build (GSM8K_ARGS; the cap at 250 keeps a pair inside one call: where
 # the size rule asks for more, the verdict says what 250 resolve). SERVER_ARGS and UVA_ARGS replace those flags (a CPU rehearsal: UVA_ARGS= SERVER_ARGS="...").
+# E2E_ARGS goes to every `moegate.e2e run` as well (`--strict`: the byte-identity verdicts, plans/byte-identity.plan).
 # Launches are STAGGER_S apart; every pair is stopped by BUDGET_S after the first (the call's limit
 # is 600 s). Writes $OUT/PLAN.tar.xz (each pair's folder: driver log, e2e.md, scores.json, gate JSONs,
 # server logs, wall.txt) and prints each pair's verdict lines and wall time.
@@ -76,7 +77,7 @@ while read -r label model base pr gates; do
       --base-args="$(uva "$base")" --pr-args="$(uva "$pr")" --model="$dir" --gates="$gates" \
       --prompts-file "$DATA/prompts.jsonl" --prompts="$PROMPTS" --max-tokens="$TOKENS" --in-flight=1,4 \
       --server-args="$ARGS" --out="$out/run" --report="$out/e2e.md" --golden-dir="$out/golden" --bless \
-      --startup-timeout 400 "${extra[@]}" >"$out/driver.log" 2>&1
+      --startup-timeout 400 "${extra[@]}" ${E2E_ARGS:-} >"$out/driver.log" 2>&1
     rc=$?
     echo "exit $rc wall_ms $(( ($(date +%s%N) - s) / 1000000 )) base $base pr $pr model $model gates $gates" >"$out/wall.txt"
   ) &

@@ -20,22 +20,19 @@ It prints the CPU's top 6 at the divergence (re-tokenized context) beside the GP
 
 from __future__ import annotations
 
-import glob
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from moegate.e2e.gsm8k_output import parse_samples
+
 
 def _samples(run: Path, side: str) -> dict[int, dict[str, Any]]:
-    (path,) = glob.glob(str(run / f"gsm8k-{side}" / "lm_eval" / "*" / "samples_*.jsonl"))
+    """One build's lm-eval samples as moegate reads them: per doc id its prompt, response and extractions."""
+    (path,) = (run / f"gsm8k-{side}" / "lm_eval").glob("*/samples_*.jsonl")
     with open(path, encoding="utf-8") as fh:
-        return {int(s["doc_id"]): s for s in map(json.loads, fh)}
-
-
-def _response(sample: dict[str, Any]) -> str:
-    r = sample["resps"][0]
-    return str(r[0] if isinstance(r, list) else r)
+        return parse_samples(fh, source=str(path))
 
 
 def main(argv: list[str]) -> int:
@@ -55,8 +52,8 @@ def main(argv: list[str]) -> int:
     base, pr = _samples(run, "base"), _samples(run, "pr")
     for doc in docs:
         d, pos = divs[doc], int(divs[doc]["position"])
-        ctx = tok.encode(base[doc]["arguments"]["gen_args_0"]["arg_0"], add_special_tokens=True).ids
-        responses = (_response(base[doc]), _response(pr[doc]))
+        ctx = tok.encode(base[doc]["prompt"], add_special_tokens=True).ids
+        responses = (base[doc]["response"], pr[doc]["response"])
         canon = tok.encode(responses[0], add_special_tokens=False).ids
         with torch.no_grad():
             gen = []
