@@ -269,7 +269,7 @@ def power(session: nox.Session) -> None:
     vllm_py, rest = _vllm(session)
     tool_py = str(envs.shared_env(session, "_power", envs.POWER_DEPS))
     # --noconftest: the tool env has no torch, and these tests need none of the shared fixtures
-    harness = ("tests/unit/test_power.py", "tests/unit/test_power_overlay.py")
+    harness = ("tests/unit/power/test_harness.py", "tests/unit/power/test_overlay.py")
     session.run(tool_py, "-m", "pytest", "--noconftest", "-q", *harness, external=True)
     command = "nox -s power" + (" -- " + " ".join(session.posargs) if session.posargs else "")
     args = [f"--vllm-python={vllm_py}", f"--out={REPORTS}", *rest]

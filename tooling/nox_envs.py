@@ -16,7 +16,7 @@ every environment editable, in a step of its own after the recipe-stamped instal
 
 Nothing here defines a session: ``noxfile.py`` does (nox's ``Session`` is only passed in). The builds a session names on its
 command line (releases, wheels, interpreters) and the sessions' defaults are in
-``tooling/nox_builds.py``; both are tested in ``tests/unit/test_nox_envs.py``.
+``tooling/nox_builds.py``; both are tested in ``tests/unit/tooling/test_nox_envs.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Student's t, exact for whole degrees of freedom: the kernel tier's environment has no scipy.
 
 Used by ``moegate.kernels.systematic`` for its per-group intervals; checked against scipy in
-``tests/unit/test_systematic.py``.
+``tests/unit/kernels/test_systematic.py``.
 """
 
 from __future__ import annotations

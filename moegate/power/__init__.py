@@ -5,7 +5,7 @@ installed vLLM's dispatch code with cosmic-ray (an established mutation tool; no
 mutation engine of our own), runs the dispatch tier against each mutant, and
 reports killed / survived / timed-out mutants, the mutation score and, for each
 killed mutant, the time to the first failing example. The installed vLLM is never
-written: mutants live in a throw-away overlay, and ``tests/unit/test_power_overlay.py``
+written: mutants live in a throw-away overlay, and ``tests/unit/power/test_overlay.py``
 proves the installed files are unchanged after a run killed mid-mutant.
 
 vLLM is text here: the harness parses and copies its files and never imports it

@@ -1,7 +1,7 @@
 """vLLM is imported in one place: ``moegate/vllm/``. Checked by walking the source, not asserted.
 
-Every ``.py`` file under ``moegate/``, ``tests/``, ``bench/`` and
-``tools/`` (and ``noxfile.py``) is parsed with ``ast``; an ``import vllm...`` or
+Every ``.py`` file under ``moegate/``, ``strategies/``, ``tests/``, ``bench/``,
+``tooling/`` and ``tools/`` (and ``noxfile.py``) is parsed with ``ast``; an ``import vllm...`` or
 ``from vllm... import`` anywhere in it (inside functions too), or an
 ``importlib.import_module``/``__import__`` of a literal ``vllm...`` name, is a
 violation unless the file is inside ``moegate/vllm/`` or listed in ``ALLOWED``
@@ -17,13 +17,13 @@ from pathlib import Path
 
 from tests.support import ROOT
 
-ROOTS = ("moegate", "tests", "bench", "tools")
+ROOTS = ("moegate", "strategies", "tests", "bench", "tooling", "tools")
 FILES = ("noxfile.py",)
 VLLM_PACKAGE = Path("moegate") / "vllm"
 
 # file (relative to the repository root) -> why it may import vLLM itself
 ALLOWED: dict[str, str] = {
-    "tests/unit/test_ab_report.py": (
+    "tests/unit/ab/test_report.py": (
         "two tests import vllm only to skip where it is importable: they show the one-line error of the"
         " benchmark runner where vLLM is missing"
     ),

