@@ -221,17 +221,24 @@ def test_the_env_root_is_the_checkouts_nox_unless_moegate_env_dir_names_another(
 
 
 def test_an_environments_lock_keeps_a_second_process_out_until_the_first_lets_go(tmp_path):
+    # Times are read on CLOCK_MONOTONIC, one clock for every process of the machine: the second process must get
+    # the lock after the first let go. (A duration measured inside the second process was flaky: under load its
+    # imports ate the wait, and it reported 0.17 s though it had waited.)
     target = tmp_path / "envs" / "_unit-3.12"
     waiter = (
         "import sys, time; sys.path.insert(0, sys.argv[1]); from tooling import nox_envs as e; "
-        "from pathlib import Path; t = time.monotonic()\n"
-        "with e.locked(Path(sys.argv[2])): print(round(time.monotonic() - t, 2))"
+        "from pathlib import Path\n"
+        "print('waiting', flush=True)\n"
+        "with e.locked(Path(sys.argv[2])): print(time.monotonic(), flush=True)"
     )
     with nox_envs.locked(target):
         proc = subprocess.Popen(
             [sys.executable, "-c", waiter, str(nox_envs.ROOT), str(target)], stdout=subprocess.PIPE, text=True
         )
-        time.sleep(1.5)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "waiting"  # it reached the lock while we hold it
+        time.sleep(0.5)
         assert proc.poll() is None, "the second process did not wait for the lock"
+        released = time.monotonic()
     out, _ = proc.communicate(timeout=60)
-    assert float(out) >= 1.0
+    assert float(out) >= released
