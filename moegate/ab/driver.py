@@ -1,7 +1,7 @@
 """The A/B driver: interleaved server starts of two builds, a warm-up and a measured sweep per start.
 
 Schedule. Builds A (base) and B (PR) start in rounds, ``A B | B A | A B | ...`` (round
-``r`` puts A first when ``r`` is even), ``starts`` rounds, so drift over the run and the
+``r`` puts A first when ``r`` is even), up to ``starts`` rounds, so drift over the run and the
 order inside a round hit both builds alike. Every start is a fresh server process (the
 e2e tier's ``Server``), so no start inherits another's caches in memory; compilations
 cached on disk are warmed by the warm-up sweep of every start anyway.
@@ -21,12 +21,21 @@ Per start:
    serve the same workload. The warm-up pays the compilations, so ``T_c`` is usually an
    underestimate and a level runs somewhat shorter than ``target_seconds``; each level's
    measured duration is kept and reported. ``min_rounds`` is the floor.
-3. **Seeds**: round ``r``, level index ``j``: ``seed + 1000 r + j`` for the measured run
-   and ``seed + 1000 r + 500 + j`` for its warm-up. Both builds of a round get the same
-   prompts (a paired workload); within one server, every run draws its prompts with a seed
-   no other run of that server used, so a level does not replay an earlier pass's prompt
-   set out of the prefix cache (vLLM's ``--num-warmups`` requests repeat the level's first
-   prompt, which can then hit the cache once; the same for both builds).
+3. **Seeds**: level index ``j``: ``seed + j`` for the measured run and ``seed + 500 + j`` for its
+   warm-up, in every round (``Plan.seeds``): every start of both builds serves the same prompts, so the
+   start is the only thing that varies from one start's figures to the next (the decode time responds to
+   the prompts: the routing of the sorted path, other requests' prefills). Within one server every run
+   draws its prompts with a seed no other run of that server used, so a level does not replay an earlier
+   pass's prompt set out of the prefix cache (vLLM's ``--num-warmups`` requests repeat the level's first
+   prompt, which can then hit the cache once; the same for both builds). ``vary_prompts`` (the runs
+   before the decode-time rule) adds ``1000 r`` in round ``r``.
+4. **Per-request figures**: ``--save-detailed`` keeps each request's first-token time, output length and
+   inter-token latencies in the result dict, from which ``moegate/ab/latency.py`` takes the decode time a
+   token the verdict judges.
+
+Rounds and looks. After each round from ``min_starts`` on, the run is judged (``moegate/ab/verdict.py``,
+each look logged); it stops as soon as every level is settled, a build has no good start, or ``starts``
+rounds (the cap) have run.
 
 Failures. A server that does not come up, a benchmark that exits non-zero, or a run with
 failed requests (or fewer completed than sent) marks the whole start **failed**: its log
@@ -70,6 +79,7 @@ from moegate.ab.plan import (
     schedule,
     sharegpt_records,
 )
+from moegate.ab.verdict import completed_rounds, judge
 from moegate.ab.workers import BenchWorkers
 from moegate.core import progress
 from moegate.core.hashing import model_hash
@@ -179,6 +189,7 @@ class Driver:
             label,
             "--percentile-metrics",
             "ttft,tpot,itl,e2el",
+            "--save-detailed",  # per-request ttfts, output_lens, itls kept in the result dict: moegate/ab/latency.py
             *self.plan.extra_bench_args,
         ]
 
@@ -236,6 +247,12 @@ class Driver:
             )
         if self.plan.starts < old.plan["starts"]:
             raise DriverError(f"{path}: {old.plan['starts']} starts a build planned; --starts may grow, not shrink")
+        looked = completed_rounds(old)
+        if self.plan.starts != old.plan["starts"] and looked >= old.plan["min_starts"]:
+            raise DriverError(
+                f"{path}: judged at {old.plan['min_starts']} starts a build already, so its cap of "
+                f"{old.plan['starts']} stays (alpha is split over the looks planned before the first)"
+            )
         if old.dataset != mine.dataset:
             raise DriverError(f"{path}: another workload ({old.dataset})")
         labels = {r: b["label"] for r, b in old.builds.items()}
@@ -340,14 +357,34 @@ class Driver:
         records: list[StartRecord] = self._previous()
         run = None
         try:
+            if records and self._over(self._run(records)):
+                return self._run(records)
             for rec in self.starts(frozenset(r.index for r in records)):
                 records.append(rec)
                 run = self._run(records)
                 (self.out_dir / "run.json").write_text(json.dumps(run.to_json(), indent=1))  # after every start
+                if self._over(run):
+                    break
         finally:
             if self.workers is not None:
                 self.workers.close()
         return run if run is not None else self._run(records)
+
+    def _over(self, run: Run) -> bool:
+        """After a round that completes a look (``moegate/ab/verdict.py``): log what it decided, and whether the
+        run is over (every level settled, a build without a good start, or the cap)."""
+        rounds = completed_rounds(run)
+        if rounds < (self.plan.min_starts or 2):
+            return False
+        if any(s.round >= rounds for s in run.starts):  # the next round has begun: this look was logged before
+            return False
+        v = judge(run, self.out_dir)
+        look = v.looks[-1] if v.looks else None
+        if look is not None and look.starts == rounds:
+            self.log(f"[ab] look after round {rounds}: " + ", ".join(f"c={c} {code}" for c, code in look.codes.items()))
+        if v.over and rounds < self.plan.starts:
+            self.log(f"[ab] the run is over at {rounds} starts a build ({v.state}); no round added")
+        return v.over
 
     def _run(self, records: list[StartRecord]) -> Run:
         builds = {

@@ -17,10 +17,14 @@ carries ``c`` tokens; prefill steps are ignored):
 - **bytes per step** = reads x per-expert bytes (w13 + w2) x MoE layers x the fraction of
   experts on the host (1.0 when all are offloaded; under uniform routing a partial
   offload scales the host bytes by that fraction).
+- **byte bound** = the base's bytes per step over the PR's, less 1: the decode speed-up if a step were
+  nothing but expert reads over PCIe.
 - **achieved bandwidth** = bytes per step x steps/s, with steps/s ~ output tok/s / c. Set
-  against the measured UVA peak (``--uva-peak-gbps``; the H200's in ``results/ab-h200.md`` and
-  ``results/kernels-0.33.0.md``), it shows whether a build's decode is at the PCIe limit:
-  at the peak, saving bytes is the only way to go faster.
+  against the UVA read bandwidth of the machine the run served on, it shows whether a build's decode
+  is at the PCIe limit: at the peak, saving bytes is the only way to go faster. That bandwidth comes from
+  the runner's preflight (``--preflight FILE``: ``moegate preflight --json FILE``'s ``uva_read_gbps``,
+  the contract in issue 28), or ``--uva-peak-gbps``; without either, the H200's 51 GB/s
+  (``results/ab-h200.md``), which the report then says loudly is not this machine's.
 
 No vLLM and no torch import, unless a routing sample is given (then ``moegate.kernels.traffic``).
 """
@@ -28,6 +32,7 @@ No vLLM and no torch import, unless a routing sample is given (then ``moegate.ke
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +42,33 @@ from moegate.core.spec import in_naive_region
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1, "int8": 1}
 DEFAULT_UVA_PEAK_GBPS = 51.0
+DEFAULT_PEAK_SOURCE = (
+    "NOT MEASURED ON THIS MACHINE: the default, the H200's in-place read of pinned memory (results/ab-h200.md); "
+    "give --preflight FILE (moegate preflight --json) or --uva-peak-gbps"
+)
+
+
+def uva_peak(preflight: str | Path | None, given: float | None) -> tuple[float, str]:
+    """(GB/s, where it came from) for the evidence columns: the preflight file's ``uva_read_gbps``, else the
+    figure given, else the default with a loud source line. ValueError (one line) on a bad file or both given."""
+    if preflight is not None and given is not None:
+        raise ValueError("give --preflight FILE or --uva-peak-gbps, not both")
+    if given is not None:
+        if not (math.isfinite(given) and given > 0):
+            raise ValueError(f"--uva-peak-gbps {given}: must be a positive number")
+        return given, "given on the command line (--uva-peak-gbps)"
+    if preflight is None:
+        return DEFAULT_UVA_PEAK_GBPS, DEFAULT_PEAK_SOURCE
+    path = Path(preflight)
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--preflight {path}: not a readable JSON file ({exc})") from None
+    value = raw.get("uva_read_gbps") if isinstance(raw, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"--preflight {path}: no positive number under 'uva_read_gbps' (got {value!r})")
+    gpu = raw.get("gpu") if isinstance(raw.get("gpu"), str) else "its GPU"
+    return float(value), f"measured by the runner's preflight ({path.name}, {gpu})"
 
 
 @dataclass(frozen=True)
@@ -149,6 +181,7 @@ class TrafficModel:
     routing: Mapping[int, Sequence[Sequence[Sequence[int]]]] | None = None
     # build label -> has the PR's rule (host-resident weights always sorted)
     sorted_always: Mapping[str, bool] | None = None
+    peak_source: str = DEFAULT_PEAK_SOURCE
 
     def level(self, c: int) -> LevelTraffic:
         if self.routing is not None and c in self.routing:
@@ -172,8 +205,8 @@ class TrafficModel:
 
     def describe(self) -> str:
         return (
-            f"{self.shape.describe()}; {self.host_fraction:.0%} of experts host-resident; UVA peak "
-            f"{self.uva_peak_gbps:g} GB/s"
+            f"{self.shape.describe()}; {self.host_fraction:.0%} of experts host-resident; UVA read bandwidth "
+            f"{self.uva_peak_gbps:g} GB/s, {self.peak_source}"
         )
 
 

@@ -115,7 +115,7 @@ def sharegpt_records(path: str | Path) -> int:
 @dataclass(frozen=True)
 class Plan:
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
-    starts: int = 3  # per build
+    starts: int = 5  # per build: the cap, rounds a run may grow to
     output_len: int = 128
     target_seconds: float = 30.0
     min_rounds: int = 4
@@ -123,14 +123,30 @@ class Plan:
     seed: int = 1
     prompts: Mapping[int, int] | None = None  # fixed N_c instead of sizing by time
     extra_bench_args: tuple[str, ...] = ()
+    min_starts: int | None = None  # per build: the first look (moegate/ab/rule.py); default min(3, starts), >= 2
+    alpha: float = 0.05  # family-wise, over the levels and the looks
+    margin: float = 0.05  # equivalent: no change of this much either way
+    vary_prompts: bool = False  # draw other prompts each round (the runs before the decode-time rule did)
 
     def __post_init__(self) -> None:
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise DriverError(f"concurrency levels must be >= 1, got {self.concurrency}")
         if self.starts < 1:
             raise DriverError(f"starts={self.starts}: need at least 1 (2 for a verdict)")
-        if self.output_len < 1 or self.min_rounds < 1 or self.warmup_rounds < 1 or self.target_seconds <= 0:
-            raise DriverError("output_len, min_rounds, warmup_rounds must be >= 1 and target_seconds > 0")
+        if self.min_starts is None:
+            object.__setattr__(self, "min_starts", max(2, min(3, self.starts)))
+        assert self.min_starts is not None
+        if not 2 <= self.min_starts <= max(2, self.starts):
+            raise DriverError(
+                f"--min-starts {self.min_starts}: the first look needs 2 starts a build at least and at most --starts"
+                f" ({self.starts})"
+            )
+        if self.output_len < 2:
+            raise DriverError(f"--output-len {self.output_len}: a decode time a token needs 2 output tokens at least")
+        if self.min_rounds < 1 or self.warmup_rounds < 1 or self.target_seconds <= 0:
+            raise DriverError("min_rounds, warmup_rounds must be >= 1 and target_seconds > 0")
+        if not 0 < self.alpha < 1 or not 0 < self.margin < 1:
+            raise DriverError(f"--alpha {self.alpha} and --margin {self.margin} must lie in (0, 1)")
 
     def size(self, c: int, warm_tok_s: float | None) -> int:
         if self.prompts is not None and c in self.prompts:
@@ -141,8 +157,9 @@ class Plan:
         return c * rounds
 
     def seeds(self, round_: int, j: int) -> tuple[int, int]:
-        """(warm-up seed, measured seed) for round ``round_``, level index ``j``."""
-        base = self.seed + 1000 * round_
+        """(warm-up seed, measured seed) for round ``round_``, level index ``j``: the same prompts every round
+        unless ``vary_prompts``; within a server, another prompt set for every run."""
+        base = self.seed + (1000 * round_ if self.vary_prompts else 0)
         return base + 500 + j, base + j
 
 

@@ -1,9 +1,10 @@
 """The A/B report: a Markdown table in the style of vLLM PR #62054's description, and a PNG plot.
 
-``write(run, out_dir, ...)`` computes the verdict (``verdict.compare``) from a run's good
-starts, writes ``report.md`` (fits a CI job summary), ``verdict.json`` and
-``throughput.png`` (throughput against concurrency, both builds: geometric mean, each
-start as a dot, the min-max spread as a bar) into ``out_dir``.
+``write(run, out_dir, ...)`` computes the verdict (``verdict.judge``: decode time a token, requests nested in
+starts, looks over rounds) from a run's good starts, writes ``report.md`` (fits a CI job summary),
+``verdict.json`` and ``throughput.png`` (per level, both builds' output tok/s, the figure the change
+description claims, and their decode time a token, the one the verdict judges: geometric mean, each start
+as a dot, the min-max spread as a bar) into ``out_dir``.
 """
 
 from __future__ import annotations
@@ -15,42 +16,38 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moegate.ab.evidence import TrafficModel
-from moegate.ab.latency import DecodeLevel, decode_times
+from moegate.ab.latency import start_decode
 from moegate.ab.plan import Run
 from moegate.ab.stalls import Outlier, outliers
 from moegate.ab.verdict import (
-    DEFAULT_ALPHA,
     DEFAULT_GATE_THRESHOLD,
-    DEFAULT_MIN_CHANGE,
-    DEFAULT_POWER,
-    DEFAULT_RESOLVE_CHANGE,
-    NO_VERDICT,
-    STARTS_CAP,
+    EQUIVALENT,
+    FAIL,
+    IMPROVED,
+    PENDING,
+    REGRESSED,
+    UNRESOLVED,
+    LevelVerdict,
     Verdict,
-    compare,
+    judge,
     rule_text,
 )
 
 PLOT = "throughput.png"
 MARKDOWN = "report.md"
 VERDICT_JSON = "verdict.json"
+PLOT_LINE = f"![output tok/s and decode time a token against concurrency]({PLOT})"
 
 
-def _range(xs: Sequence[float]) -> str:
+def _range(xs: Sequence[float], digits: int = 1) -> str:
     if not xs:
         return "–"
-    lo, hi = min(xs), max(xs)
-    return f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}"
+    lo, hi = f"{min(xs):.{digits}f}", f"{max(xs):.{digits}f}"
+    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def _geomean(xs: Sequence[float]) -> float:
     return math.exp(math.fsum(math.log(x) for x in xs) / len(xs))
-
-
-def describe_decode(d: DecodeLevel) -> str:
-    """One level of the report's decode-time line: each build's range, then the PR's speed-up."""
-    sides = ", ".join(f"{role} {_range(xs)}" for role, xs in (("base", d.base), ("PR", d.pr)))
-    return f"c={d.concurrency}: {sides}" + (f" ({d.speedup:+.0%})" if d.speedup is not None else "")
 
 
 def _bytes(n: float) -> str:
@@ -63,29 +60,53 @@ class Report:
     markdown: str
 
 
-WIDE_RATIO = 10.0
-"""An interval bound past ten times the base says only "unbounded": with one Welch degree of
-freedom and Holm's small alpha the exact bound runs to twenty digits and more, which reads as a
-figure. Shown as "> +900%"; verdict.json keeps the exact value."""
+WIDE = 9.0
+"""A speed-up bound past +900 % (or a slow-down to a tenth) says only "unbounded": with Welch's few degrees of
+freedom at a small share of alpha the exact bound runs to many digits, which reads as a figure. Shown as
+"> +900%"; verdict.json keeps the exact value."""
 
 
-def _bound(ratio: float) -> str:
-    return f"> {WIDE_RATIO - 1:+.0%}" if ratio > WIDE_RATIO else f"{ratio - 1:+.1%}"
+def _pct(x: float) -> str:
+    if x > WIDE:
+        return f"> {WIDE:+.0%}"
+    return f"{x:+.1%}"
 
 
-def _needed_cell(n: int | None) -> str:
-    if n is None:
+def _speedup_cell(lv: LevelVerdict) -> str:
+    if lv.speedup is None:
         return "–"
-    return f"> {STARTS_CAP}" if n > STARTS_CAP else str(n)
-
-
-def _change_cell(lv) -> str:
-    if lv.ratio is None:
-        return "–"
-    text = f"{lv.change:+.1%}"
-    if lv.ci is not None:
-        text += f" [{_bound(lv.ci[0])}, {_bound(lv.ci[1])}]"
+    text = f"{lv.speedup:+.1%}"
+    if lv.speedup_ci is not None:
+        text += f" [{_pct(lv.speedup_ci[0])}, {_pct(lv.speedup_ci[1])}]"
     return text.replace("-", "−")
+
+
+def _verdict_cell(lv: LevelVerdict, margin: float) -> str:
+    if lv.verdict in (IMPROVED, REGRESSED, FAIL):
+        return f"**{lv.verdict}**"
+    if lv.verdict == EQUIVALENT:
+        return f"equivalent (±{margin:.0%})"
+    return lv.verdict
+
+
+def _at_cell(lv: LevelVerdict, v: Verdict) -> str:
+    if lv.at is None:
+        return "–"
+    text = str(lv.at)
+    if lv.used != (lv.at, lv.at):
+        text += f" ({lv.used[0]} / {lv.used[1]} good)"
+    if lv.verdict in (UNRESOLVED, FAIL, PENDING):
+        text += " (cap)" if v.over else " (so far)"
+    return text
+
+
+def _sd_cell(lv: LevelVerdict) -> str:
+    if lv.spread is None:
+        return "–"
+    text = f"{lv.spread:.2%}"
+    if lv.resolves is not None and math.isfinite(lv.resolves):
+        text += f" (±{lv.resolves:.1%})" if lv.resolves < 10 else " (> ±1000%)"
+    return text
 
 
 def markdown(
@@ -96,11 +117,12 @@ def markdown(
     plot_name: str | None = PLOT,
     gate: bool = False,
     first_tokens: Sequence[Outlier] = (),
-    decode: Sequence[DecodeLevel] = (),
+    decode_ms: dict[tuple[int, int], float] | None = None,
 ) -> str:
     b, p = run.builds["base"], run.builds["pr"]
     good = {role: sum(1 for s in run.starts if s.role == role and s.status == "ok") for role in ("base", "pr")}
     total = {role: sum(1 for s in run.starts if s.role == role) for role in ("base", "pr")}
+    margin = verdict.plan.margin
     lines = [
         f"## Throughput A/B: `{b['label']}` (base) vs `{p['label']}` (PR)",
         "",
@@ -110,7 +132,12 @@ def markdown(
         + ".",
         (
             f"Good starts: base {good['base']} of {total['base']}, PR {good['pr']} of {total['pr']} "
-            f"(interleaved A B | B A | ..., a fresh server each). Prompts: {run.dataset}."
+            f"(interleaved A B | B A | ..., a fresh server each; {_state(verdict)}). Prompts: {run.dataset}"
+            + (
+                ", the same prompts every round."
+                if not run.plan.get("vary_prompts", True)
+                else ", other prompts each round."
+            )
         ),
         (
             f"Per level: `vllm bench serve --max-concurrency c --num-warmups c --ignore-eos`, prompts "
@@ -121,29 +148,39 @@ def markdown(
         "",
     ]
     header = [
-        "in flight", "starts (base / PR)", "output tok/s, base", "output tok/s, PR", "change [CI]", "verdict",
-        f"starts a build to resolve ±{DEFAULT_RESOLVE_CHANGE:.0%}",
+        "in flight", "starts (base / PR)", "output tok/s, base", "output tok/s, PR", "tok/s change",
+        "decode ms a token, base", "PR", "decode speed-up [CI]", "verdict", "settled at (starts a build)",
+        "start-to-start sd (resolves)",
     ]  # fmt: skip
     if traffic is not None:
-        header += ["expert bytes/step (base / PR)", f"achieved GB/s (base / PR), peak {traffic.uva_peak_gbps:g}"]
+        header += [
+            "expert bytes/step (base / PR)",
+            "byte bound",
+            f"achieved GB/s (base / PR), UVA peak {traffic.uva_peak_gbps:g}",
+        ]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for lv in verdict.levels:
+        change = lv.tok_s_change
         row = [
             str(lv.concurrency),
-            f"{len(lv.base)} / {len(lv.pr)}",
-            _range(lv.base),
-            _range(lv.pr),
-            _change_cell(lv),
-            f"**{lv.verdict}**" if lv.verdict in ("improved", "regressed") else lv.verdict,
-            _needed_cell(lv.starts_needed),
+            f"{len(lv.base_tok_s)} / {len(lv.pr_tok_s)}",
+            _range(lv.base_tok_s),
+            _range(lv.pr_tok_s),
+            "–" if change is None else f"{change:+.1%}".replace("-", "−"),
+            _range(lv.base_ms, 2),
+            _range(lv.pr_ms, 2),
+            _speedup_cell(lv),
+            _verdict_cell(lv, margin),
+            _at_cell(lv, verdict),
+            _sd_cell(lv),
         ]
         if traffic is not None:
             t = traffic.level(lv.concurrency)
-            row.append(
-                f"{_bytes(t.bytes_for('base'))} ({t.paths['base']}) / {_bytes(t.bytes_for('pr'))} ({t.paths['pr']})"
-            )
+            base_b, pr_b = t.bytes_for("base"), t.bytes_for("pr")
+            row.append(f"{_bytes(base_b)} ({t.paths['base']}) / {_bytes(pr_b)} ({t.paths['pr']})")
+            row.append(f"{base_b / pr_b - 1:+.1%}".replace("-", "−") if pr_b > 0 else "–")
             cells = []
-            for role, xs in (("base", lv.base), ("pr", lv.pr)):
+            for role, xs in (("base", lv.base_tok_s), ("pr", lv.pr_tok_s)):
                 if xs:
                     gbps = traffic.achieved_gbps(lv.concurrency, role, _geomean(xs))
                     cells.append(f"{gbps:.1f} ({gbps / traffic.uva_peak_gbps:.0%})")
@@ -154,18 +191,28 @@ def markdown(
     lines += [
         "",
         (
-            f"**Rule.** {rule_text(verdict.alpha, verdict.min_change, verdict.gate_threshold)} "
-            f"Holm family here: {verdict.family_size} level(s); CI = the Holm-adjusted interval of "
-            "PR/base − 1. "
-            f"*Starts a build to resolve ±{DEFAULT_RESOLVE_CHANGE:.0%}*: at this level's measured spread (pooled sd "
-            f"of log tok/s), the fewest starts a build for which a true {DEFAULT_RESOLVE_CHANGE:.0%} change is "
-            f"significant at alpha/m with {DEFAULT_POWER:.0%} power (exact noncentral t); a point estimate, "
-            "so an order of magnitude (moegate/ab/verdict.py, rule item 6)."
+            f"**Rule.** {rule_text(verdict.plan, len(verdict.levels), verdict.gate_threshold)} Decode speed-up = "
+            "geometric mean base / PR − 1 of the start figures the verdict's look used, with its interval; "
+            "tok/s change = the ratio of the builds' geometric means − 1 over every good start (reported, not judged); "
+            "*start-to-start sd*: the pooled sd of the start figures' logs at that look, and in brackets the change "
+            "it resolves with 80 % power there (moegate/ab/verdict.py, moegate/ab/rule.py)."
         ),
     ]
-    notes = [f"c={lv.concurrency}: {lv.reason}" for lv in verdict.levels if lv.verdict == NO_VERDICT]
+    if verdict.looks:
+        lines += [
+            "",
+            "**Looks**: "
+            + "; ".join(
+                f"after {look.starts} starts a build: " + ", ".join(f"c={c} {code}" for c, code in look.codes.items())
+                for look in verdict.looks
+            )
+            + ".",
+        ]
+    notes = [
+        f"c={lv.concurrency} {lv.verdict}: {lv.reason}" for lv in verdict.levels if lv.verdict in (UNRESOLVED, FAIL)
+    ]
     if notes:
-        lines += ["", "No verdict: " + "; ".join(notes) + "."]
+        lines += ["", "; ".join(notes) + "."]
     durations = _durations(run)
     if durations:
         lines += [
@@ -174,22 +221,13 @@ def markdown(
             + ", ".join(f"c={c}: {_range(ds)}" for c, ds in durations.items())
             + ".",
         ]
-    if decode:
-        lines += [
-            "",
-            "**Decode time a token** (ms: vLLM's median time per output token after the first, min–max over "
-            "good starts; in brackets the PR's decode speed-up, geomean base / geomean PR − 1; first tokens "
-            "left out; descriptive, no verdict reads it; moegate/ab/latency.py): "
-            + "; ".join(describe_decode(d) for d in decode)
-            + ".",
-        ]
     if first_tokens:
         lines += [
             "",
-            f"**First-token outliers** ({len(first_tokens)} measured runs; counted like every run of a good start, "
-            "moegate/ab/stalls.py): " + "; ".join(o.describe() for o in first_tokens) + ".",
+            f"**First-token outliers** ({len(first_tokens)} measured runs; in output tok/s, not in the decode time "
+            "the verdict judges; moegate/ab/stalls.py): " + "; ".join(o.describe() for o in first_tokens) + ".",
         ]
-    lines += ["", *_per_start(run)]
+    lines += ["", *_per_start(run, decode_ms or {})]
     if traffic is not None:
         src = {traffic.level(lv.concurrency).source for lv in verdict.levels}
         lines += [
@@ -198,7 +236,8 @@ def markdown(
                 f"**Evidence.** {traffic.describe()}. Expert reads per decode step from "
                 f"{', '.join(sorted(src))}; a build's path at each level is the dispatch rule's for "
                 "host-resident weights (PR: always sorted; base: naive while c·top_k·4 ≤ experts); "
-                "achieved GB/s = bytes/step × (tok/s ÷ c), prefill ignored."
+                "byte bound = the base's bytes a step over the PR's − 1, the decode speed-up if a step were "
+                "nothing but expert reads over PCIe; achieved GB/s = bytes/step × (tok/s ÷ c), prefill ignored."
             ),
         ]
     if gate:
@@ -218,15 +257,25 @@ def markdown(
             )
             lines += ["", summary, "", "```", (s.log_tail or "").rstrip()[-4000:], "```", "", "</details>"]
     if plot_name:
-        lines += ["", f"![output tok/s against concurrency]({plot_name})"]
+        lines += ["", PLOT_LINE.replace(f"({PLOT})", f"({plot_name})")]
     lines += [
         "",
         (
-            "Raw results: `starts/*/measured-c*.json` (vLLM's own result dicts), warm-ups beside them, "
-            "`run.json` (schedule, sizing, per-start status)."
+            "Raw results: `starts/*/measured-c*.json` (vLLM's own result dicts, per request where the run kept "
+            "them), warm-ups beside them, `run.json` (schedule, sizing, per-start status)."
         ),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _state(v: Verdict) -> str:
+    if v.state == "settled":
+        return f"every level settled after {v.looks[-1].starts} starts a build"
+    if v.state == "cap":
+        return f"the cap, {v.plan.cap} starts a build, reached"
+    if v.state == "no good start":
+        return "stopped: a build has no good start"
+    return "the run is not over"
 
 
 def _html(text: str) -> str:
@@ -239,18 +288,25 @@ def _prompts(run: Run) -> str:
     return ", ".join(f"{n} at c={c}" for c, n in sorted(run.prompts.items()))
 
 
-def _per_start(run: Run) -> list[str]:
-    """Every start in schedule order with its measured tok/s, so a reader sees drift across the run and
-    across the sessions a resumed run spans (the start time, UTC; '?' in runs written before it was kept)."""
+def _per_start(run: Run, decode_ms: dict[tuple[int, int], float]) -> list[str]:
+    """Every start in schedule order with its measured tok/s and decode time a token, so a reader sees drift
+    across the run and across the sessions a resumed run spans (the start time, UTC; '?' in runs written
+    before it was kept)."""
     levels = list(run.plan["concurrency"])
     lines = [
-        "<details><summary>Per start: measured output tok/s</summary>",
+        "<details><summary>Per start: measured output tok/s (decode ms a token)</summary>",
         "",
         "| start | round | build | started (UTC) | status | " + " | ".join(f"c={c}" for c in levels) + " |",
         "|" + "---|" * (5 + len(levels)),
     ]
     for s in run.starts:
-        cells = [f"{s.measured[c]:.1f}" if c in s.measured and s.status == "ok" else "–" for c in levels]
+        cells = []
+        for c in levels:
+            if c not in s.measured or s.status != "ok":
+                cells.append("–")
+                continue
+            ms = decode_ms.get((s.index, c))
+            cells.append(f"{s.measured[c]:.1f}" + (f" ({ms:.2f})" if ms is not None else ""))
         started = s.started.replace("T", " ").removesuffix("+00:00") or "?"
         lines.append(f"| {s.index + 1} | {s.round} | {s.label} | {started} | {s.status} | " + " | ".join(cells) + " |")
     return [*lines, "", "</details>"]
@@ -271,40 +327,47 @@ def plot(run: Run, verdict: Verdict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110)
     levels = [lv.concurrency for lv in verdict.levels]
     xs = list(range(len(levels)))
-    for role, offset, color in (("base", -0.08, "tab:blue"), ("pr", 0.08, "tab:orange")):
-        label = f"{role}: {run.builds[role]['label']}"
-        gx, gy, lo, hi = [], [], [], []
-        for x, lv in zip(xs, verdict.levels):
-            vals = lv.base if role == "base" else lv.pr
-            if not vals:
-                continue
-            g = _geomean(vals)
-            gx.append(x + offset)
-            gy.append(g)
-            lo.append(max(0.0, g - min(vals)))  # a single sample's geomean may differ from it in the last bit
-            hi.append(max(0.0, max(vals) - g))
-            ax.scatter([x + offset] * len(vals), vals, s=10, color=color, alpha=0.45, zorder=3)
-        if gx:
-            ax.errorbar(gx, gy, yerr=[lo, hi], fmt="o-", color=color, capsize=4, label=label + " (geomean, min–max)")
+    panels = (
+        (axes[0], "output tokens/s (reported)", lambda lv, role: lv.base_tok_s if role == "base" else lv.pr_tok_s),
+        (axes[1], "decode ms a token (judged)", lambda lv, role: lv.base_ms if role == "base" else lv.pr_ms),
+    )
+    for ax, ylabel, values in panels:
+        for role, offset, color in (("base", -0.08, "tab:blue"), ("pr", 0.08, "tab:orange")):
+            label = f"{role}: {run.builds[role]['label']}"
+            gx, gy, lo, hi = [], [], [], []
+            for x, lv in zip(xs, verdict.levels):
+                vals = values(lv, role)
+                if not vals:
+                    continue
+                g = _geomean(vals)
+                gx.append(x + offset)
+                gy.append(g)
+                lo.append(max(0.0, g - min(vals)))  # a single sample's geomean may differ from it in the last bit
+                hi.append(max(0.0, max(vals) - g))
+                ax.scatter([x + offset] * len(vals), vals, s=10, color=color, alpha=0.45, zorder=3)
+            if gx:
+                ax.errorbar(
+                    gx, gy, yerr=[lo, hi], fmt="o-", color=color, capsize=4, label=label + " (geomean, min–max)"
+                )
+        ax.set_xticks(xs, [str(c) for c in levels])
+        ax.set_xlabel("requests in flight (--max-concurrency)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
     for x, lv in zip(xs, verdict.levels):
-        if lv.verdict in ("improved", "regressed") and lv.change is not None:
-            ax.annotate(
-                f"{lv.change:+.0%}",
-                (x, max(lv.base + lv.pr)),
+        if lv.verdict in (IMPROVED, REGRESSED) and lv.speedup is not None and lv.pr_ms:
+            axes[1].annotate(
+                f"{lv.verdict} {lv.speedup:+.0%}",
+                (x, max(lv.base_ms + lv.pr_ms)),
                 textcoords="offset points",
                 xytext=(0, 6),
                 ha="center",
                 fontsize=8,
             )
-    ax.set_xticks(xs, [str(c) for c in levels])
-    ax.set_xlabel("requests in flight (--max-concurrency)")
-    ax.set_ylabel("output tokens/s")
-    ax.set_title(f"{run.builds['base']['label']} vs {run.builds['pr']['label']}", fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    fig.suptitle(f"{run.builds['base']['label']} vs {run.builds['pr']['label']}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
@@ -317,19 +380,15 @@ def write(
     out_dir: str | Path,
     traffic: TrafficModel | None = None,
     *,
-    alpha: float = DEFAULT_ALPHA,
-    min_change: float = DEFAULT_MIN_CHANGE,
     gate_threshold: float = DEFAULT_GATE_THRESHOLD,
     gate: bool = False,
     with_plot: bool = True,
 ) -> Report:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    verdict = compare(
-        run.samples("base"), run.samples("pr"), alpha=alpha, min_change=min_change, gate_threshold=gate_threshold
-    )
+    verdict = judge(run, out, gate_threshold)
     png = plot(run, verdict, out / PLOT) if with_plot else None
-    decode = decode_times(run, out)
+    decode_ms = {key: sd.median_ms for key, sd in start_decode(run, out).items()}
     md = markdown(
         run,
         verdict,
@@ -337,23 +396,21 @@ def write(
         plot_name=PLOT if png else None,
         gate=gate,
         first_tokens=outliers(run, out),
-        decode=decode,
+        decode_ms=decode_ms,
     )
     (out / MARKDOWN).write_text(md)
     payload = verdict.to_json()
-    if decode:
-        payload["decode_ms"] = {
-            d.concurrency: {"base": list(d.base), "pr": list(d.pr), "speedup": d.speedup} for d in decode
-        }
     if traffic is not None:
         payload["traffic"] = {
             "model": traffic.describe(),
+            "uva_peak_gbps": traffic.uva_peak_gbps,
+            "uva_peak_source": traffic.peak_source,
             "levels": {
                 lv.concurrency: {
                     **{k: v for k, v in vars(traffic.level(lv.concurrency)).items() if k != "concurrency"},
                     "achieved_gbps": {
                         role: traffic.achieved_gbps(lv.concurrency, role, _geomean(xs))
-                        for role, xs in (("base", lv.base), ("pr", lv.pr))
+                        for role, xs in (("base", lv.base_tok_s), ("pr", lv.pr_tok_s))
                         if xs
                     },
                 }

@@ -18,15 +18,33 @@ Two flags, each on the run's own first-token times (``ttft``, ms):
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from moegate.ab.latency import result_stats
 from moegate.ab.plan import Run
 
 STALL_MS = 500.0
 SLOW_FACTOR = 4.0
+
+
+def result_stats(run: Run, folder: str | Path, keys: tuple[str, ...]) -> dict[tuple[int, int], dict[str, float]]:
+    """``(start index, concurrency) -> {key: value}`` from each good start's ``measured-c<c>.json``, for
+    the runs whose JSON has every one of ``keys`` as a number; other runs are left out, so a report of a
+    run written before vLLM kept a statistic still renders."""
+    stats: dict[tuple[int, int], dict[str, float]] = {}
+    for s in run.starts:
+        if s.status != "ok":
+            continue
+        for c in run.plan["concurrency"]:
+            path = Path(folder) / s.folder / f"measured-c{c}.json"
+            try:
+                raw = json.loads(path.read_text())
+                stats[(s.index, c)] = {k: float(raw[k]) for k in keys}
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return stats
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# The H200 A/B runs of issue 19 (results/ab-h200.md, docs/ab.md), from the project root on the device, after
-# the nine installs of .gpu/g20/all (0.33.0 in $HOME/vllm-site, lm-eval in $HOME/eval-site, 0.32.0 in
-# $HOME/vllm032). Carry .gpu/g20/text (sharegpt.json, gsm8k/train.jsonl) in every call. Each step writes to $OUT.
-#   models [WHICH]      both builds (interpreters), then WHICH models (default both): skewed ($HOME/wide)
-#                       and/or text ($HOME/wide-text, with its fit check and routing samples); sha256 of every
-#                       file; all in $OUT/models.tgz
-#   skewed [STARTS]     resume the 2026-11-29 run (results/raw/ab-h200.tar.xz) in $HOME/ab, growing it to
-#                       STARTS rounds (default 5), 2 new starts a call
-#   text [STARTS]       resume the 2026-12-01 text-routed run (results/raw/ab-text-h200.tar.xz) in $HOME/ab-text,
-#                       growing it to STARTS rounds (default 3), 2 new starts a call
-# AB_TIMEOUT_S bounds the driver (default 540; a timed-out driver stops its server). The data goes where the
-# 2026-11-29 run read it (.gpu/data/...), so the resumed run's workload line is the same.
+# The H200 A/B runs (docs/ab.md; issues 19 and 31), from the project root on the device, after the nine installs
+# of .gpu/g20/all (0.33.0 in $HOME/vllm-site, lm-eval in $HOME/eval-site, 0.32.0 in $HOME/vllm032). Carry
+# .gpu/g20/text (sharegpt.json, gsm8k/train.jsonl) in every call. Each step is one call and writes one archive
+# to $OUT (a call returns only a few files).
+#   models [skewed|text|both] [nosamples]
+#                   both builds (interpreters), then the models (default both): skewed ($HOME/wide) and/or text
+#                   ($HOME/wide-text, with its fit check, and its two routing samples unless `nosamples`: they are
+#                   deterministic and committed in results/raw/ab-text-h200.tar.xz); sha256 of every file;
+#                   $OUT/models.tgz. `models text nosamples`: about 220 s.
+#   aa [eager]      the A/A of issue 31: 0.33.0 against itself on $HOME/wide-text, served as the change description
+#                   served (CUDA graphs on), 2 rounds (4 starts), one look at 2 starts a build, --expect-same; with
+#                   `eager`, the same with --enforce-eager. Prints the start-to-start spread of the decode time
+#                   (moegate.ab.spread, both labels one build: 3 degrees of freedom) and the rule's false-verdict and
+#                   power figures on runs drawn like it (moegate.ab.simulate); $OUT/aa[-eager].tgz. About 540 s
+#                   (eager: about 600 s; the committed eager runs already give its spread, so run it last if at all).
+#   text            the A/B of issue 31: 0.32.0 against 0.33.0 on $HOME/wide-text, graphs on, up to 3 starts a
+#                   build (one look after round 3: AB_STARTS / AB_MIN_STARTS change it), 4 new starts a call
+#                   (AB_NEW); call it again to resume until the run is over; $OUT/ab-text-graphs.tgz. About 540 s,
+#                   then 300 s.
+# AB_TIMEOUT_S bounds the driver (default 560; a timed-out driver stops its server and keeps every finished start).
+# The data goes where the earlier runs read it (.gpu/data/...), so their workload line is the same.
 set -uo pipefail
 : "${OUT:?}"
 step=$1
@@ -20,16 +29,26 @@ mkdir -p .gpu/data/gsm8k
 [ -f .gpu/data/sharegpt.json ] || cp .gpu/g20/text/sharegpt.json .gpu/data/sharegpt.json
 [ -f .gpu/data/gsm8k/train.jsonl ] || cp .gpu/g20/text/gsm8k/train.jsonl .gpu/data/gsm8k/train.jsonl
 sha256sum .gpu/data/sharegpt.json .gpu/data/gsm8k/train.jsonl >"$OUT/data-sha256.txt"
-S="--max-model-len 4096 --enforce-eager --dtype bfloat16 --offload-backend uva --cpu-offload-gb 64 \
---cpu-offload-params experts --no-enable-prefix-caching --gpu-memory-utilization 0.5 --max-num-seqs 16"
-ab() {  # ab MODEL OUTDIR STARTS
-    timeout -k 10 "${AB_TIMEOUT_S:-540}" python3 -m moegate.ab --base-python "$HOME/b032/bin/python" \
-        --base-label 0.32.0 --base-env VLLM_USE_FLASHINFER_SAMPLER=0 --pr-python "$HOME/b033/bin/python" \
-        --pr-label 0.33.0 --pr-env VLLM_USE_FLASHINFER_SAMPLER=0 --model "$1" --server-args "$S" --starts "$3" \
-        --concurrency 1,2,3,4,8 --dataset-path .gpu/data/sharegpt.json --output-len 128 --target-seconds 10 \
-        --min-rounds 3 --warmup-rounds 2 --out "$2" --resume --max-new-starts 2 --uva-peak-gbps 51
-    echo "ab $(basename "$2"): exit $?"
-    tar czf "$OUT/$(basename "$2").tgz" -C "$(dirname "$2")" "$(basename "$2")"
+# the change description's serving flags: CUDA graphs on (no --enforce-eager), every expert UVA-offloaded
+S="--max-model-len 4096 --dtype bfloat16 --offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts \
+--no-enable-prefix-caching --gpu-memory-utilization 0.5 --max-num-seqs 16"
+SHAPE=experts=128,top_k=8,hidden=2048,intermediate=768,layers=4,dtype=bf16
+ab() {  # ab OUTDIR BASE_PY BASE_LABEL PR_PY PR_LABEL SERVER_ARGS STARTS MIN_STARTS NEW [more moegate.ab options]
+    local out=$1 bpy=$2 blab=$3 ppy=$4 plab=$5 args=$6 starts=$7 first=$8 new=$9
+    shift 9
+    timeout -k 10 "${AB_TIMEOUT_S:-560}" python3 -m moegate.ab --base-python "$bpy" --base-label "$blab" \
+        --base-env VLLM_USE_FLASHINFER_SAMPLER=0 --pr-python "$ppy" --pr-label "$plab" \
+        --pr-env VLLM_USE_FLASHINFER_SAMPLER=0 --model "$HOME/wide-text" --server-args "$args" \
+        --starts "$starts" --min-starts "$first" --concurrency 1,2,3,4,8 --dataset-path .gpu/data/sharegpt.json \
+        --output-len 128 --target-seconds 5 --min-rounds 3 --warmup-rounds 1 --out "$out" --resume \
+        --max-new-starts "$new" --moe-shape "$SHAPE" "$@" >"$out.stdout" 2>"$out.stderr"
+    echo "ab $(basename "$out"): exit $?"
+    grep -h "^\[ab\] look\|over at\|moegate.ab:" "$out.stderr" | tail -8
+}
+pack() {  # pack DIR: the run folder, its driver output and the tables beside it, one archive
+    local d b
+    d=$(dirname "$1") b=$(basename "$1")
+    (cd "$d" && tar czf "$OUT/$b.tgz" "$b" "$b".stdout "$b".stderr $(ls "$b".*.md 2>/dev/null))
 }
 case $step in
 models)
@@ -41,6 +60,7 @@ models)
     M=$HOME/models-out  # one archive comes back ($OUT returns only a few files a call)
     mkdir -p "$M"
     which=${1:-both}
+    samples=${2:-samples}
     [ "$which" = text ] || (
         t0=$SECONDS
         "$py" -m moegate.model.tiny_model "$HOME/wide" --preset wide --hot-experts 32 --router-skew 1.0 \
@@ -56,21 +76,36 @@ models)
     echo "wide-text: exit $? in $((SECONDS - t0)) s"
     cp "$HOME/wide-text/moegate_tiny_model.json" "$M/wide-text-build.json"
     (cd "$HOME/wide-text" && sha256sum ./*) >"$M/wide-text-sha256.txt"
-    for g in "" --greedy; do
-        "$py" -m bench.bench_routing --model "$HOME/wide-text" --text .gpu/data/sharegpt.json --device cuda \
-            --routing-json "$M/routing-wide-text${g:+-greedy}.json" --steps 200 \
-            ${g:+--sequences 64 --greedy} >"$M/routing-wide-text${g:+-greedy}.log" 2>&1
-        echo "routing${g:+ greedy}: exit $?"
-    done
+    grep -h "model.safetensors" "$M/wide-text-sha256.txt"  # 258510b8... on 2026-12-01 (results/ab-text-routing.md)
+    if [ "$samples" != nosamples ]; then
+        for g in "" --greedy; do
+            "$py" -m bench.bench_routing --model "$HOME/wide-text" --text .gpu/data/sharegpt.json --device cuda \
+                --routing-json "$M/routing-wide-text${g:+-greedy}.json" --steps 200 \
+                ${g:+--sequences 64 --greedy} >"$M/routing-wide-text${g:+-greedy}.log" 2>&1
+            echo "routing${g:+ greedy}: exit $?"
+        done
+    fi
     wait
     tar czf "$OUT/models.tgz" -C "$HOME" models-out ;;
-skewed)
-    [ -d "$HOME/ab" ] || { tar xJf results/raw/ab-h200.tar.xz -C "$HOME" && mv "$HOME/ab-h200" "$HOME/ab"; } || exit 2
-    ab "$HOME/wide" "$HOME/ab" "${1:-5}" ;;
+aa)
+    [ -d "$HOME/wide-text" ] || { echo "ab_runs.sh aa: no \$HOME/wide-text (run 'models text nosamples' first)" >&2; exit 2; }
+    py=$HOME/b033/bin/python
+    if [ "${1:-}" = eager ]; then
+        dir=$HOME/aa-eager args="--enforce-eager $S"
+    else
+        dir=$HOME/aa args=$S
+    fi
+    ab "$dir" "$py" 0.33.0-a "$py" 0.33.0-b "$args" 2 2 "${AB_NEW:-4}" --host-sorted both --expect-same
+    python3 -m moegate.ab.spread "$dir" --same-build | tee "$dir.spread.md"
+    python3 -m moegate.ab.simulate "$dir" --same-build --runs 20000 --seed 0 | tee "$dir.simulate.md"
+    pack "$dir" ;;
 text)
-    [ -d "$HOME/ab-text" ] || { tar xJf results/raw/ab-text-h200.tar.xz -C "$HOME" && mv "$HOME/ab-text-h200" "$HOME/ab-text"; } \
-        || exit 2
-    ab "$HOME/wide-text" "$HOME/ab-text" "${1:-3}" ;;
+    [ -d "$HOME/wide-text" ] || { echo "ab_runs.sh text: no \$HOME/wide-text (run 'models text nosamples' first)" >&2; exit 2; }
+    dir=$HOME/ab-text-graphs
+    ab "$dir" "$HOME/b032/bin/python" 0.32.0 "$HOME/b033/bin/python" 0.33.0 "$S" "${AB_STARTS:-3}" \
+        "${AB_MIN_STARTS:-3}" "${AB_NEW:-4}"
+    python3 -m moegate.ab.spread "$dir" | tee "$dir.spread.md"
+    pack "$dir" ;;
 *)
-    echo "ab_runs.sh: unknown step $step" >&2; exit 2 ;;
+    echo "ab_runs.sh: unknown step $step (models, aa, text)" >&2; exit 2 ;;
 esac

@@ -21,7 +21,7 @@ import pytest
 from moegate.ab import report
 from moegate.ab.driver import Driver
 from moegate.ab.plan import BenchError, Dataset, DriverError, Plan, load_run, schedule
-from moegate.ab.verdict import IMPROVED, NO_VERDICT, WITHIN
+from moegate.ab.verdict import EQUIVALENT, FAIL, IMPROVED, judge
 from moegate.vllm.planted import make_build
 from tests.support import ROOT
 from tests.support.ab import StubBench, StubServer, build, make_driver, reset_stubs, tok_s  # noqa: F401 (autouse)
@@ -61,18 +61,20 @@ def test_a_run_warms_up_then_measures_every_level_with_stated_arguments(tmp_path
             c = int(cl["opt"]["max-concurrency"])
             assert int(cl["opt"]["num-prompts"]) == run.prompts[c] >= 4 * c
             seeds.setdefault((rec.role, c), set()).add(int(cl["opt"]["seed"]))
+            assert cl["opt"]["save-detailed"] is True  # per-request times in the result dict
         warm = {int(cl["opt"]["seed"]) for cl in calls[:3]}
         assert not warm & {int(cl["opt"]["seed"]) for cl in calls[3:]}
-    # each build: a different seed per start; both builds: the same seeds (paired prompts)
+    # every start of both builds serves the same prompts: one seed a level, all rounds, both builds
     for c in (1, 2, 4):
-        assert len(seeds[("base", c)]) == 3 and seeds[("base", c)] == seeds[("pr", c)]
+        assert len(seeds[("base", c)]) == 1 and seeds[("base", c)] == seeds[("pr", c)]
+    assert len({next(iter(seeds[("base", c)])) for c in (1, 2, 4)}) == 3  # and another set at each level
     # every raw result JSON and run.json kept
     assert len(list((tmp_path / "run" / "starts").glob("*/measured-c*.json"))) == 18
     assert len(list((tmp_path / "run" / "starts").glob("*/warmup-c*.json"))) == 18
     again = load_run(tmp_path / "run")
     assert again.samples("pr") == run.samples("pr") and len(again.samples("pr")[2]) == 3
     rep = report.write(again, tmp_path / "run")
-    assert rep.verdict.level(2).verdict == IMPROVED and rep.verdict.level(1).verdict == WITHIN
+    assert rep.verdict.level(2).verdict == IMPROVED and rep.verdict.level(1).verdict == EQUIVALENT
     assert "| 2 | 3 / 3 |" in rep.markdown
 
 
@@ -130,9 +132,10 @@ def test_failed_requests_fail_the_start(tmp_path):
     run = make_driver(tmp_path, bench, starts=2).run()
     assert run.starts[0].status == "failed"
     assert "1 failed" in run.starts[0].error and "HTTP 500" in run.starts[0].error
-    # base now has 1 good start: no verdict, with the reason; the gate fails
+    # base now has 1 good start at the cap: FAIL, naming the failed start; the gate fails
     rep = report.write(run, tmp_path / "run", gate=True)
-    assert all(lv.verdict == NO_VERDICT and "base 1, PR 2" in lv.reason for lv in rep.verdict.levels)
+    assert all(lv.verdict == FAIL and "base 1, PR 2" in lv.reason for lv in rep.verdict.levels)
+    assert all("start 1 (base)" in lv.reason and "1 failed" in lv.reason for lv in rep.verdict.levels)
     assert not rep.verdict.gate_passed and "Gate: FAILED" in rep.markdown
 
 
@@ -158,9 +161,36 @@ def test_sharegpt_needs_enough_valid_records(tmp_path):
     assert run.starts[0].status == "ok"
 
 
+def test_the_run_adds_rounds_until_every_level_is_settled_and_logs_each_look(tmp_path):
+    """The same build twice, its starts 2 % apart in the first two rounds and on the mean after: too wide
+    for the first look, a round is added after each look until every level is equivalent; nothing beyond."""
+    logs: list[str] = []
+
+    def decode(label, c, server):
+        return {0: 10.2, 1: 9.8}.get(server // 2, 10.0)  # by round: both starts of a round alike
+
+    d = make_driver(tmp_path, StubBench(tok_s, decode=decode), starts=8)
+    d.log = logs.append
+    run = d.run()
+    looks = [m for m in logs if m.startswith("[ab] look after round")]
+    v = judge(run, tmp_path / "run")
+    rounds = len(run.starts) // 2
+    assert v.state == "settled" and 3 < rounds < 8 and all(lv.verdict == EQUIVALENT for lv in v.levels)
+    assert [int(m.split()[4].rstrip(":")) for m in looks] == list(range(3, rounds + 1))
+    assert "c=1 unresolved" in looks[0] and "c=1 equivalent" in looks[-1]
+    assert any(f"the run is over at {rounds} starts a build (settled); no round added" in m for m in logs)
+
+
 def test_bad_plans_are_refused():
     with pytest.raises(DriverError):
         Plan(concurrency=(0, 1))
+    with pytest.raises(DriverError, match="first look"):
+        Plan(starts=3, min_starts=4)
+    with pytest.raises(DriverError, match="2 output tokens"):
+        Plan(output_len=1)
+    with pytest.raises(DriverError, match="must lie in"):
+        Plan(alpha=0.0)
+    assert Plan(starts=5).min_starts == 3 and Plan(starts=2).min_starts == 2
     with pytest.raises(DriverError):
         Dataset("random")
     with pytest.raises(DriverError):

@@ -1,61 +1,67 @@
-"""Decode time a token in an A/B run (moegate/ab/latency.py), on run folders written by the driver with
-stand-in servers, their vLLM-shaped result dicts given the median time per output token a test needs."""
+"""Decode time a token per request and per start (moegate/ab/latency.py), from vLLM-shaped result dicts: the
+per-request form ``--save-detailed`` keeps, and the summary form of runs written before it."""
 
 from __future__ import annotations
 
 import json
+import math
+import statistics
 
 import pytest
 
-from moegate.ab import report
-from moegate.ab.latency import decode_times
+from moegate.ab.latency import PER_REQUEST, SUMMARY, by_level, from_result, request_decode_ms, start_decode
 from tests.support.ab import StubBench, make_driver, reset_stubs, set_result_fields, tok_s  # noqa: F401 (autouse)
 
 
-def _run_with_tpots(tmp_path, tpots, default=None):
-    """A 2-round run at c=1, 2 (starts 0 and 3 base, 1 and 2 PR); ``tpots[(start index, c)]`` is written as
-    the run's ``median_tpot_ms``; every other run gets ``default`` (None: no such field, as before vLLM kept it)."""
+def detailed(latencies, ttfts, lens, **extra):
+    return {"latencies": latencies, "ttfts": ttfts, "output_lens": lens, **extra}
+
+
+def test_a_requests_decode_time_is_its_time_after_the_first_token_over_the_tokens_after_it():
+    result = detailed([1.05, 2.05, 0.0], [0.05, 0.05, 0.0], [101, 201, 0])  # the third request failed
+    assert request_decode_ms(result) == pytest.approx([10.0, 10.0])
+    assert request_decode_ms({"latencies": [1.0]}) is None  # a run without --save-detailed
+
+
+def test_the_start_figure_is_the_median_and_must_agree_with_vllms_median_tpot():
+    lat = [0.05 + 0.127 * k for k in (1.0, 1.1, 0.9, 1.3)]
+    times = [1000 * (x - 0.05) / 127 for x in lat]
+    got = from_result(detailed(lat, [0.05] * 4, [128] * 4, median_tpot_ms=statistics.median(times)), "r.json")
+    assert got is not None
+    median, n, sd, source, residuals = got
+    assert median == pytest.approx(statistics.median(times)) and (n, source) == (4, PER_REQUEST)
+    assert sd == pytest.approx(statistics.stdev(math.log(t) for t in times))
+    assert len(residuals) == 4 and sorted(residuals)[1] < 0 < sorted(residuals)[2]
+    with pytest.raises(ValueError, match="not what this reader takes them for"):
+        from_result(detailed(lat, [0.05] * 4, [128] * 4, median_tpot_ms=99.0), "r.json")
+
+
+def test_a_run_without_per_request_fields_takes_vllms_median_and_scales_its_std():
+    got = from_result({"median_tpot_ms": 24.0, "mean_tpot_ms": 24.1, "std_tpot_ms": 0.241, "completed": 12}, "r.json")
+    assert got is not None
+    median, n, sd, source, residuals = got
+    assert (median, n, source, residuals) == (24.0, 12, SUMMARY, ())
+    assert sd == pytest.approx(0.01 * math.sqrt(12 / 11))
+    assert from_result({"output_throughput": 5.0}, "r.json") is None
+
+
+def test_a_non_positive_decode_time_is_refused_with_the_file():
+    with pytest.raises(ValueError, match=r"bad\.json: a request's decode time"):
+        from_result(detailed([0.04], [0.05], [10]), "bad.json")
+
+
+def test_every_good_start_gets_a_figure_per_level_and_a_run_without_files_is_left_out(tmp_path):
     run = make_driver(tmp_path, StubBench(tok_s), starts=2, levels=(1, 2)).run()
-    assert [s.role for s in run.starts] == ["base", "pr", "pr", "base"]
-    fields = {k: {"median_tpot_ms": v} for k, v in tpots.items()}
-    return set_result_fields(
-        tmp_path / "run", run, (1, 2), fields, {} if default is None else {"median_tpot_ms": default}
-    )
-
-
-def test_each_level_has_both_builds_decode_times_and_the_prs_speedup_over_the_geometric_means(tmp_path):
-    run = _run_with_tpots(tmp_path, {(0, 2): 12.0, (3, 2): 12.0, (1, 2): 10.0, (2, 2): 10.0}, default=8.0)
-    levels = decode_times(run, tmp_path / "run")
-    assert [(d.concurrency, d.base, d.pr) for d in levels] == [
-        (1, (8.0, 8.0), (8.0, 8.0)),
-        (2, (12.0, 12.0), (10.0, 10.0)),
-    ]
-    assert levels[0].speedup == pytest.approx(0.0)
-    assert levels[1].speedup == pytest.approx(0.2)
-    assert report.describe_decode(levels[1]) == "c=2: base 12.0, PR 10.0 (+20%)"
-
-
-def test_a_slower_pr_reads_as_a_negative_speedup_and_ranges_show_the_spread(tmp_path):
-    run = _run_with_tpots(tmp_path, {(0, 1): 6.8, (3, 1): 10.3, (1, 1): 10.0, (2, 1): 12.0}, default=9.0)
-    c1 = decode_times(run, tmp_path / "run")[0]
-    assert c1.speedup is not None and c1.speedup < 0
-    assert report.describe_decode(c1).startswith("c=1: base 6.8–10.3, PR 10.0–12.0 (-")
-
-
-def test_runs_without_the_statistic_are_left_out_and_one_sided_levels_have_no_speedup(tmp_path):
-    run = _run_with_tpots(tmp_path, {(1, 2): 10.0})
-    (level,) = decode_times(run, tmp_path / "run")
-    assert (level.concurrency, level.base, level.pr, level.speedup) == (2, (), (10.0,), None)
-    assert report.describe_decode(level) == "c=2: base –, PR 10.0"
-
-
-def test_the_report_and_verdict_json_carry_the_decode_times_and_an_old_run_renders_without_them(tmp_path):
-    run = _run_with_tpots(tmp_path, {(0, 2): 12.0, (3, 2): 12.0, (1, 2): 10.0, (2, 2): 10.0}, default=8.0)
-    text = report.write(run, tmp_path / "run", with_plot=False).markdown
-    assert "**Decode time a token**" in text and "c=2: base 12.0, PR 10.0 (+20%)" in text
-    saved = json.loads((tmp_path / "run" / report.VERDICT_JSON).read_text())
-    assert saved["decode_ms"]["2"] == {"base": [12.0, 12.0], "pr": [10.0, 10.0], "speedup": pytest.approx(0.2)}
-    old = _run_with_tpots(tmp_path / "old", {})
-    assert decode_times(old, tmp_path / "old" / "run") == []
-    assert "Decode time a token" not in report.write(old, tmp_path / "old" / "run", with_plot=False).markdown
-    assert "decode_ms" not in json.loads((tmp_path / "old" / "run" / report.VERDICT_JSON).read_text())
+    decode = start_decode(run, tmp_path / "run")
+    assert sorted(decode) == [(i, c) for i in range(4) for c in (1, 2)]
+    assert all(d.source == PER_REQUEST and d.requests == run.prompts[d.concurrency] for d in decode.values())
+    sides = by_level(decode, 2)
+    assert [d.index for d in sides["base"]] == [0, 3] and [d.index for d in sides["pr"]] == [1, 2]
+    set_result_fields(tmp_path / "run", run, (1, 2), {}, {"latencies": None, "median_tpot_ms": 7.0})
+    decode = start_decode(run, tmp_path / "run")
+    assert {d.median_ms for d in decode.values()} == {7.0} and {d.source for d in decode.values()} == {SUMMARY}
+    (tmp_path / "run" / run.starts[0].folder / "measured-c1.json").unlink()
+    assert (0, 1) not in start_decode(run, tmp_path / "run")
+    path = tmp_path / "run" / run.starts[1].folder / "measured-c1.json"
+    path.write_text(json.dumps({"completed": 4}))
+    assert (1, 1) not in start_decode(run, tmp_path / "run")

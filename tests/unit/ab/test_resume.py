@@ -1,5 +1,6 @@
-"""A/B runs that span several sessions of a lent machine: ``--resume`` keeps the schedule, may grow
-it by whole rounds, and refuses to mix in another experiment (plan, builds, flags or model)."""
+"""A/B runs that span several sessions of a lent machine: ``--resume`` keeps the schedule, may grow its cap
+by whole rounds until its first look, and refuses to mix in another experiment (plan, builds, flags or model)
+or to move a cap its looks were planned for."""
 
 from __future__ import annotations
 
@@ -9,10 +10,15 @@ import pytest
 
 from moegate.ab import report
 from moegate.ab.plan import Dataset, DriverError, load_run, schedule
-from moegate.ab.verdict import compare
+from moegate.ab.verdict import judge
 from moegate.core.hashing import model_hash
 from moegate.model.tiny_spec import BUILD_INFO
 from tests.support.ab import StubBench, StubServer, make_driver, reset_stubs, tok_s  # noqa: F401 (autouse)
+
+
+def noisy(label, c, server):
+    """Starts 20 % apart: no look settles a level, so a run goes on to its cap."""
+    return 10.0 * (1.0 + 0.2 * (server % 3))
 
 
 def _resumed(tmp_path, bench, **kw):
@@ -35,18 +41,21 @@ def test_a_resumed_run_continues_the_same_schedule_and_keeps_the_first_sizing(tm
     assert StubServer.started == ["base", "pr", "pr", "base", "base", "pr"]
 
 
-def test_a_resumed_run_may_grow_by_whole_rounds_and_keeps_its_failed_starts(tmp_path):
-    """3 rounds planned, one start failed; resumed with 5 the run adds rounds 3 and 4 (P B | B P), the
-    failed start stays failed (not retried, so no build gets an extra chance) and each build ends with 4 good."""
+def test_a_resumed_run_may_grow_by_whole_rounds_before_its_first_look_and_keeps_its_failed_starts(tmp_path):
+    """3 rounds planned, 2 run, one start failed; resumed with 5 before any look the run adds rounds 2-4
+    (B P | P B | B P), the failed start stays failed (not retried, so no build gets an extra chance) and each
+    build ends with 4 or 5 good."""
     StubServer.fail_on = {2}
-    bench = StubBench(tok_s)
-    make_driver(tmp_path, bench).run()
+    bench = StubBench(tok_s, decode=noisy)
+    first = make_driver(tmp_path, bench, min_starts=3)
+    first.max_new_starts = 4
+    first.run()
     logs: list[str] = []
-    grown = _resumed(tmp_path, bench, starts=5)
+    grown = _resumed(tmp_path, bench, starts=5, min_starts=3)
     grown.log = logs.append
     run = grown.run()
     assert [(s.round, s.role) for s in run.starts] == schedule(5)
-    assert StubServer.started[6:] == ["pr", "base", "base", "pr"]
+    assert StubServer.started[4:] == ["base", "pr", "pr", "base", "base", "pr"]
     assert [s.index for s in run.starts if s.status == "failed"] == [2]
     assert {r: sum(s.role == r and s.status == "ok" for s in run.starts) for r in ("base", "pr")} == {
         "base": 5,
@@ -56,9 +65,23 @@ def test_a_resumed_run_may_grow_by_whole_rounds_and_keeps_its_failed_starts(tmp_
     assert load_run(tmp_path / "run").plan["starts"] == 5
 
 
+def test_a_run_that_has_looked_keeps_its_cap_and_a_finished_one_runs_nothing_more(tmp_path):
+    bench = StubBench(tok_s, decode=noisy)
+    make_driver(tmp_path, bench, starts=3).run()  # looked after round 3: the cap was what alpha was split over
+    with pytest.raises(DriverError, match="judged at 3 starts a build already, so its cap of 3 stays"):
+        _resumed(tmp_path, bench, starts=5, min_starts=3).run()
+    started = len(StubServer.started)
+    again = _resumed(tmp_path, bench, starts=3).run()  # the same plan, resumed: over at its cap
+    assert len(StubServer.started) == started and len(again.starts) == 6
+
+
 def test_a_resumed_run_refuses_fewer_starts_or_another_plan(tmp_path):
     bench = StubBench(tok_s)
     make_driver(tmp_path, bench, starts=2).run()
+    with pytest.raises(DriverError, match="another plan"):
+        _resumed(tmp_path, bench, starts=2, margin=0.1).run()
+    with pytest.raises(DriverError, match="another plan"):
+        _resumed(tmp_path, bench, starts=2, vary_prompts=True).run()
     with pytest.raises(DriverError, match="may grow, not shrink"):
         _resumed(tmp_path, bench, starts=1).run()
     with pytest.raises(DriverError, match="another plan"):
@@ -89,14 +112,18 @@ def test_a_resumed_run_refuses_other_weights_and_takes_the_same_ones_under_anoth
     model = tmp_path / "model"
     _record(model, "a" * 64)
     first = model_hash(model)
-    bench = StubBench(tok_s)
-    make_driver(tmp_path, bench, starts=2).run()
+    bench = StubBench(tok_s, decode=noisy)
+    d = make_driver(tmp_path, bench, starts=3, min_starts=3)
+    d.max_new_starts = 2
+    d.run()
     assert load_run(tmp_path / "run").model_hash == first
     _record(model, "a" * 64, transformers="5.19.0")
-    assert len(_resumed(tmp_path, bench, starts=3).run().starts) == 6
+    d = _resumed(tmp_path, bench, starts=3, min_starts=3)
+    d.max_new_starts = 2
+    assert len(d.run().starts) == 4
     _record(model, "b" * 64)
     with pytest.raises(DriverError, match="another model"):
-        _resumed(tmp_path, bench, starts=4).run()
+        _resumed(tmp_path, bench, starts=3, min_starts=3).run()
 
 
 def test_a_run_written_before_model_hashes_and_start_times_resumes_and_says_so(tmp_path):
@@ -104,7 +131,9 @@ def test_a_run_written_before_model_hashes_and_start_times_resumes_and_says_so(t
     resumes with a line saying the earlier weights are not checked, and its starts show '?' as start time."""
     _record(tmp_path / "model", "a" * 64)
     bench = StubBench(tok_s)
-    make_driver(tmp_path, bench, starts=1).run()
+    first = make_driver(tmp_path, bench, starts=2)
+    first.max_new_starts = 2
+    first.run()
     path = tmp_path / "run" / "run.json"
     raw = json.loads(path.read_text())
     assert raw["model_hash"] and all(s["started"] for s in raw["starts"])
@@ -118,6 +147,6 @@ def test_a_run_written_before_model_hashes_and_start_times_resumes_and_says_so(t
     run = d.run()
     assert any("kept no model hash" in m for m in logs)
     assert [bool(s.started) for s in run.starts] == [False, False, True, True]
-    text = report.markdown(run, compare(run.samples("base"), run.samples("pr")), plot_name=None)
+    text = report.markdown(run, judge(run, tmp_path / "run"), plot_name=None)
     rows = [line for line in text.splitlines() if line.startswith(("| 1 | 0 |", "| 3 | 1 |"))]
     assert "| ? | ok |" in rows[0] and "| ? | ok |" not in rows[1], rows

@@ -133,6 +133,16 @@ def test_ab_default_server_args_bound_the_kv_share_and_admit_the_top_level(monke
     assert args[args.index("--max-num-seqs") + 1] == "16"
 
 
+def test_the_ab_serves_with_cuda_graphs_on_a_gpu_and_stays_eager_on_a_cpu(monkeypatch):
+    """`nox -s ab` serves as the change description served: no --enforce-eager on a GPU (docs/ab.md)."""
+    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: "/usr/bin/nvidia-smi")  # a GPU machine
+    assert "--enforce-eager" not in nox_builds.server_args("1,2,4", graphs=True).split()
+    assert "--enforce-eager" in nox_builds.server_args("1,2,4").split()  # the e2e tier's flags are its own
+    assert "--offload-backend" in nox_builds.server_args("1,2,4", graphs=True).split()
+    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: None)  # a CPU machine
+    assert "--enforce-eager" in nox_builds.server_args("1,2,4", graphs=True).split()
+
+
 def test_a_cpu_servers_environment_is_the_sessions_and_the_smokes_and_leaves_the_callers_alone(monkeypatch):
     """The sessions' CPU servers and the e2e smoke's own get one environment; a variable the caller set is kept."""
     from tests.support.e2e import SMOKE_ENV

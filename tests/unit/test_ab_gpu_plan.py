@@ -1,0 +1,96 @@
+"""tools/gpu/ab_runs.sh, the lead's GPU plan for the A/B, run here with a ``python3`` that records its arguments:
+every step's ``python -m moegate.ab`` command line must parse and make a valid plan, serve with CUDA graphs on
+(``--enforce-eager`` only in the eager A/A), and the step must pack its run into one archive under ``$OUT``. A
+typo found on the device costs a call of a 30-minute budget; found here it costs nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from moegate.ab.__main__ import parser, plan_of
+from tests.support import ROOT
+
+SCRIPT = ROOT / "tools" / "gpu" / "ab_runs.sh"
+
+SHIM = """#!{python}
+import json, os, sys
+with open(os.environ["SHIM_LOG"], "a") as fh:
+    fh.write(json.dumps(sys.argv[1:]) + "\\n")
+args = sys.argv[1:]
+if args[:2] == ["-m", "moegate.ab"]:
+    out = args[args.index("--out") + 1]
+    os.makedirs(out, exist_ok=True)
+    open(os.path.join(out, "run.json"), "w").write("{}")
+    print("[ab] look after round 3: c=1 equivalent", file=sys.stderr)
+"""
+
+
+def _run_step(
+    tmp_path: Path, *step: str, model: bool = True
+) -> tuple[list[list[str]], Path, subprocess.CompletedProcess[str]]:
+    home, out, work, shim = tmp_path / "home", tmp_path / "out", tmp_path / "work", tmp_path / "bin"
+    for d in (home / "wide-text" if model else home, out, work / ".gpu" / "data" / "gsm8k", shim):
+        d.mkdir(parents=True, exist_ok=True)
+    (work / ".gpu" / "data" / "sharegpt.json").write_text("[]")
+    (work / ".gpu" / "data" / "gsm8k" / "train.jsonl").write_text("")
+    (shim / "python3").write_text(SHIM.replace("{python}", sys.executable))
+    (shim / "python3").chmod(0o755)
+    log = tmp_path / "calls.jsonl"
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "OUT": str(out),
+        "SHIM_LOG": str(log),
+        "PATH": f"{shim}:{os.environ['PATH']}",
+    }
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), *step], cwd=work, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return calls, out, proc
+
+
+def _ab_plan(calls: list[list[str]]):
+    (ab,) = [c for c in calls if c[:2] == ["-m", "moegate.ab"]]
+    opts = parser().parse_args(ab[2:])
+    return opts, plan_of(opts)
+
+
+@pytest.mark.parametrize(
+    ("step", "archive", "eager", "starts"),
+    [(("aa",), "aa", False, 2), (("aa", "eager"), "aa-eager", True, 2), (("text",), "ab-text-graphs", False, 3)],
+    ids=["A/A, graphs on", "A/A, eager", "A/B on the text model"],
+)
+def test_each_step_runs_a_valid_plan_served_as_stated_and_packs_one_archive(tmp_path, step, archive, eager, starts):
+    calls, out, proc = _run_step(tmp_path, *step)
+    assert proc.returncode == 0, proc.stderr
+    opts, plan = _ab_plan(calls)
+    server = shlex.split(opts.server_args)
+    assert ("--enforce-eager" in server) == eager
+    assert {"--offload-backend", "--cpu-offload-params"} <= set(server)
+    assert plan.starts == starts and plan.min_starts == starts and plan.output_len == 128
+    assert plan.concurrency == (1, 2, 3, 4, 8) and not plan.vary_prompts and opts.resume
+    assert opts.moe_shape and opts.preflight is None
+    if step[0] == "aa":
+        assert opts.base_python == opts.pr_python and opts.base_label != opts.pr_label and opts.expect_same
+        assert ["-m", "moegate.ab.spread", str(tmp_path / "home" / archive), "--same-build"] in calls
+    else:
+        assert opts.base_label == "0.32.0" and opts.pr_label == "0.33.0"
+    with tarfile.open(out / f"{archive}.tgz") as tar:
+        names = tar.getnames()
+    assert f"{archive}/run.json" in names and f"{archive}.stderr" in names and f"{archive}.spread.md" in names
+    assert "[ab] look after round 3" in proc.stdout  # the look lines come back in the call's output
+
+
+def test_a_step_without_the_model_says_which_step_makes_it(tmp_path):
+    calls, _, proc = _run_step(tmp_path, "text", model=False)
+    assert proc.returncode == 2 and "run 'models text nosamples' first" in proc.stderr
+    assert not any(c[:2] == ["-m", "moegate.ab"] for c in calls)
