@@ -28,6 +28,7 @@ gate failure needs a wrong *regressed*: at most ``alpha / 2`` (``rule.py``).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -141,6 +142,17 @@ class Verdict:
         return out
 
 
+_LOG_MAX = math.log(sys.float_info.max)
+
+
+def _exp(x: float) -> float:
+    """``exp`` that ends at the largest float and at its reciprocal: with a degree of freedom or so and a small
+    share of alpha an interval's bound on the log scale can pass ±709, where ``math.exp`` overflows, or gives
+    0 that a speed-up divides by (the CPU smoke's first run met it); such a bound stays a number in
+    verdict.json, and the report reads it as unbounded."""
+    return math.exp(max(-_LOG_MAX, min(x, _LOG_MAX)))
+
+
 def _geomean(xs: tuple[float, ...] | list[float]) -> float:
     return math.exp(math.fsum(math.log(x) for x in xs) / len(xs))
 
@@ -237,7 +249,7 @@ def _stats(x: _Decided | None) -> dict:
         "at": x.n,
         "used": (len(x.base), len(x.pr)),
         "ratio": math.exp(x.d),
-        "ci": (math.exp(x.lo), math.exp(x.hi)),
+        "ci": (_exp(x.lo), _exp(x.hi)),
         "confidence": 1.0 - x.a,
         "df": x.df,
         "spread": sd,

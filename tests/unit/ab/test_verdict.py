@@ -163,6 +163,18 @@ def test_a_build_without_a_good_start_ends_fail_with_that_starts_log_tail(tmp_pa
     assert not v.gate_passed and "FAIL" in v.gate_failures[0]
 
 
+def test_an_interval_past_the_largest_float_stays_a_number(tmp_path):
+    """The base's two starts 20x apart, the PR's alike, at a small share of alpha: one Welch degree of freedom,
+    the interval's upper bound on the log scale passes 709 (the CPU smoke met it); the level is unresolved, its
+    bound the largest float."""
+    wide = StubBench(tok_s, decode=lambda label, c, server: {0: 1.0, 1: 10.0, 2: 10.001, 3: math.exp(3)}[server])
+    d = make_driver(tmp_path, wide, starts=2, levels=(1,), alpha=0.001)
+    v = judge(d.run(), tmp_path / "run")
+    lv = v.level(1)
+    assert lv.verdict == UNRESOLVED and lv.ci is not None and math.isfinite(lv.ci[1]) and lv.ci[1] > 1e300
+    assert "rules nothing out" in lv.reason
+
+
 def test_a_run_not_over_is_pending_where_unsettled_and_does_not_pass_the_gate(tmp_path):
     d = make_driver(tmp_path, StubBench(tok_s), starts=5)
     d.max_new_starts = 4
