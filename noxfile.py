@@ -221,7 +221,7 @@ def ab_smoke(session: nox.Session) -> None:
         f"--base-python={vllm_py}", f"--base-label={BASE}", f"--pr-python={vllm_py}", f"--pr-label={BASE}",
         f"--model={model}", f"--server-args={builds.server_args('1,2,4')}", f"--out={out}", *builds.AB_SMOKE,
     ]  # fmt: skip
-    session.run(str(driver_py), "-m", "moegate.ab", *args, env=builds.cpu_server_env(), external=True)
+    session.run(str(driver_py), "-m", "moegate.ab", *args, env=builds.ab_smoke_env(), external=True)
 
 
 @nox.session(python=False)

@@ -94,6 +94,18 @@ read from real result dicts and checked against vLLM's median_tpot_ms) and a rul
 identical builds (improved, regressed or FAIL fail it; equivalent or unresolved pass)."""
 
 
+def ab_smoke_env() -> dict[str, str]:
+    """The A/B smoke's servers: the CPU sessions' environment, but the engine in a process of its own. In the
+    server's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) the engine's steps hold the event loop that streams
+    the tokens, so a request's tokens can all arrive within 0.1 ms of its first: on 2026-12-02 one start's
+    decode time a token read 0.004 ms against 3-30 ms with the engine apart (``results/ab-cpu-smoke.md``), and
+    the decode time is what the A/B judges."""
+    env = cpu_server_env()
+    if "VLLM_ENABLE_V1_MULTIPROCESSING" in env:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+    return env
+
+
 def server_args(concurrency: str | None = None, *, graphs: bool = False) -> str:
     """The sessions' default server flags; for the A/B, room for its highest level (`concurrency`, "1,2,4").
 

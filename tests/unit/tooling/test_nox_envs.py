@@ -133,6 +133,18 @@ def test_ab_default_server_args_bound_the_kv_share_and_admit_the_top_level(monke
     assert args[args.index("--max-num-seqs") + 1] == "16"
 
 
+def test_the_ab_smokes_cpu_servers_run_the_engine_apart_so_tokens_stream_as_decoded(monkeypatch):
+    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: None)  # a CPU machine
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    env = nox_builds.ab_smoke_env()
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    assert {k: v for k, v in env.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"} == {
+        k: v for k, v in nox_builds.cpu_server_env().items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"
+    }
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the caller's own setting is theirs
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in nox_builds.ab_smoke_env()
+
+
 def test_the_ab_serves_with_cuda_graphs_on_a_gpu_and_stays_eager_on_a_cpu(monkeypatch):
     """`nox -s ab` serves as the change description served: no --enforce-eager on a GPU (docs/ab.md)."""
     monkeypatch.setattr(nox_builds.shutil, "which", lambda name: "/usr/bin/nvidia-smi")  # a GPU machine
