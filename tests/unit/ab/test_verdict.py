@@ -2,7 +2,7 @@
 over levels and looks, how looks settle a run, and a run's verdict with its faults.
 
 Deterministic: the decisions are checked on figures whose interval is computed here from scipy's quantiles,
-not on random draws. What the rule does over thousands of simulated runs: ``test_ab_rule_simulated.py``.
+not on random draws. What the rule does over thousands of simulated runs: ``tests/unit/ab/test_rule_simulated.py``.
 """
 
 from __future__ import annotations
