@@ -4,4 +4,6 @@
 - ``tokenizer``: the byte-level BPE tokenizer trained on GSM8K's training split.
 - ``tiny_train``: the trained tiny model's recipe and training, and its committed copy (``models/e2e-trained/``).
 - ``engine``: one scenario of vLLM's offline engine on the tiny model (``python -m moegate.model.engine``).
+- ``quant_formats``, ``quantize``: the tiny model written pre-quantized (``python -m moegate.model.quantize``).
+- ``offload_engine``, ``offload_plan``, ``offload_report``: offload truth on the GPU (``python -m moegate.model.offload_plan``).
 """

@@ -8,6 +8,8 @@ acting on a layer.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from moegate.vllm.names import UVA_MARKER, TargetError
@@ -69,6 +71,21 @@ def uva_offload(module: torch.nn.Module, max_bytes: int, param_names: set[str]) 
         raise TargetError("vLLM reports UVA unavailable here (no pinned memory); host-resident weights need it")
     offloader.wrap_modules(iter([module]))
     return [n for n, p in module.named_parameters() if getattr(p, UVA_MARKER, False)]
+
+
+def uva_offload_layers(layers: Iterable[torch.nn.Module], max_bytes: int, segments: set[str]) -> int:
+    """Offload decoder layers the way vLLM's loader does: one ``UVAOffloader``, one budget, the layers in order.
+
+    ``segments`` are ``cpu_offload_params`` entries, matched against names relative to each layer.
+    Returns the bytes the offloader says it moved.
+    """
+    from vllm.model_executor.offloader.uva import UVAOffloader
+
+    offloader = UVAOffloader(cpu_offload_max_bytes=max_bytes, cpu_offload_params=set(segments))
+    if not offloader.uva_offloading:
+        raise TargetError("vLLM reports UVA unavailable here (no pinned memory); host-resident weights need it")
+    offloader.wrap_modules(iter(layers))
+    return int(offloader.cpu_offload_bytes)
 
 
 def process_weights_after_loading(module: torch.nn.Module, device: torch.device) -> None:

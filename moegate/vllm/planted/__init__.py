@@ -19,7 +19,10 @@ variable: the bug belongs to the build), and a ``.pth`` line that imports it at 
   read expert ``DST``'s weights;
 - ``renorm=off``: the router's top-k weights are not renormalised;
 - ``weights=F``: the router's top-k weights times ``F`` (the experts' float32 sum ``F`` too large
-  before its rounding: a systematic output error that bfloat16 rounding does not swallow).
+  before its rounding: a systematic output error that bfloat16 rounding does not swallow);
+- ``uva=noop``: the UVA offloader offloads and marks nothing; ``uva=back``: after post-processing,
+  marked weights are copied back to the device and stay marked (``moegate.vllm.offload_truth`` must
+  fail both).
 
 A bad spec, a missing ``PY`` or a ``DEST`` that is something other than such a build: one line,
 exit 2, nothing written.
@@ -54,7 +57,9 @@ def parse_bug(spec: str) -> dict[str, Any]:
     kind, sep, value = spec.partition("=")
     kind, value = kind.strip(), value.strip()
     if not sep:
-        raise BuildError(f"--bug {spec!r}: expected KIND=VALUE (scale=F, weights=F, expert=SRC:DST or renorm=off)")
+        raise BuildError(
+            f"--bug {spec!r}: expected KIND=VALUE (scale=F, weights=F, expert=SRC:DST, renorm=off or uva=noop|back)"
+        )
     if kind in ("scale", "weights"):
         try:
             factor = float(value)
@@ -68,11 +73,15 @@ def parse_bug(spec: str) -> dict[str, Any]:
         if not (colon and src.isdigit() and dst.isdigit() and int(src) != int(dst)):
             raise BuildError(f"--bug {spec!r}: expert needs two different expert ids SRC:DST, e.g. expert=0:1")
         return {"spec": spec, "kind": "expert", "src": int(src), "dst": int(dst)}
+    if kind == "uva":
+        if value not in ("noop", "back"):
+            raise BuildError(f"--bug {spec!r}: the offload bugs are uva=noop and uva=back")
+        return {"spec": spec, "kind": "uva", "uva": value}
     if kind == "renorm":
         if value != "off":
             raise BuildError(f"--bug {spec!r}: the renormalisation bug is renorm=off")
         return {"spec": spec, "kind": "renorm", "renorm": "off"}
-    raise BuildError(f"--bug {spec!r}: unknown kind {kind!r} (scale, weights, expert or renorm)")
+    raise BuildError(f"--bug {spec!r}: unknown kind {kind!r} (scale, weights, expert, renorm or uva)")
 
 
 def _probe(python: str) -> tuple[list[str], str]:
@@ -136,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("dest", type=Path, help="the build's venv directory (made, or remade if it is one)")
     ap.add_argument("--python", required=True, help="the interpreter whose packages the build sees")
     ap.add_argument("--site", action="append", default=[], help="a directory first on the path (repeatable)")
-    ap.add_argument("--bug", default=None, help="scale=F, weights=F, expert=SRC:DST or renorm=off")
+    ap.add_argument("--bug", default=None, help="scale=F, weights=F, expert=SRC:DST, renorm=off or uva=noop|back")
     args = ap.parse_args(argv)
     try:
         python = make_build(args.dest, args.python, sites=args.site, bug=args.bug)

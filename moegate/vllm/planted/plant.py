@@ -18,11 +18,17 @@ Kinds (``moegate.vllm.planted.parse_bug`` writes the config):
 - ``weights``: the router's top-k weights times ``weights`` (``fused_topk``'s float32 output): every
   expert's contribution is that much too large in the float32 accumulator, before its rounding. A
   small factor on the rounded bfloat16 output (``scale``) mostly rounds back to the same value
-  (1.002 moves only mantissas above 1.95), so this is the systematic error that stays systematic.
+  (1.002 moves only mantissas above 1.95), so this is the systematic error that stays systematic;
+- ``uva``: the UVA offload lies. ``noop``: ``UVAOffloader`` offloads nothing and marks nothing,
+  whatever the budget (offloading that silently does nothing). ``back``: after each layer's
+  ``process_weights_after_loading``, still inside the loader's ``device_loading_context``, every
+  marked weight's data is replaced by a device copy while its marker stays (post-processing that
+  puts a weight back on the device), so the context does not re-offload it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import inspect
@@ -37,6 +43,9 @@ QWEN3_MOE = "vllm.model_executor.models.qwen3_moe"
 FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
 TRITON_MOE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
 TOPK_ROUTER = "vllm.model_executor.layers.fused_moe.router.fused_topk_router"
+UVA_OFFLOADER = "vllm.model_executor.offloader.uva"
+LOADER_UTILS = "vllm.model_executor.model_loader.utils"
+UVA_MARKER = "_vllm_is_uva_offloaded"
 MARK = "_moegate_planted"
 
 
@@ -105,12 +114,45 @@ def _weights(module: Any) -> str:
     return f"fused_topk: top-k weights x {factor}"
 
 
+def _uva_noop(module: Any) -> str:
+    offloader = module.UVAOffloader
+    _ = offloader._maybe_offload_to_cpu  # AttributeError (the import stops) where vLLM renamed it
+
+    def keep(self: Any, layer: Any, prefix: str = "") -> Any:
+        return layer
+
+    setattr(keep, MARK, True)
+    offloader._maybe_offload_to_cpu = keep
+    return "UVAOffloader._maybe_offload_to_cpu: offloads nothing, marks nothing"
+
+
+def _uva_back(module: Any) -> str:
+    original = module.device_loading_context
+
+    @contextlib.contextmanager
+    def context(layer: Any, target_device: Any) -> Any:
+        with original(layer, target_device) as inner:
+            try:
+                yield inner
+            finally:
+                for p in layer.parameters():
+                    if getattr(p, UVA_MARKER, False) and p.is_cuda:
+                        p.data = p.data.clone()  # device memory; the marker stays on the parameter
+
+    setattr(context, MARK, True)
+    module.device_loading_context = context
+    return "device_loading_context: marked weights copied back to the device after post-processing, still marked"
+
+
 PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
     "scale": {QWEN3_MOE: _scale},
     "expert": {FUSED_MOE: _expert, TRITON_MOE: _expert},
     "renorm": {TOPK_ROUTER: _renorm},
     "weights": {TOPK_ROUTER: _weights},
+    "uva=noop": {UVA_OFFLOADER: _uva_noop},
+    "uva=back": {LOADER_UTILS: _uva_back},
 }
+"""Patches by bug: its kind, or kind=value where the value picks a different patch."""
 
 
 class _Loader(importlib.abc.Loader):
@@ -139,5 +181,5 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-FINDER = _Finder(PATCHES[CONFIG["kind"]])
+FINDER = _Finder(PATCHES.get(CONFIG["kind"]) or PATCHES[f"{CONFIG['kind']}={CONFIG[CONFIG['kind']]}"])
 sys.meta_path.insert(0, FINDER)

@@ -32,6 +32,47 @@ def _prepare_expert_assignment(topk_ids, config, *, weights_host_resident=False)
     ids = torch.unique(topk_ids)
     return (topk_ids.argsort() if sorted_path else None), ids, torch.tensor([ids.numel()])
 """
+UVA_STANDIN = """
+class UVAOffloader:
+    def __init__(self):
+        self.cpu_offload_bytes = 0
+
+    def _maybe_offload_to_cpu(self, module, prefix=""):
+        module.where = "host"
+        self.cpu_offload_bytes += 1
+        return module
+"""
+LOADER_STANDIN = """
+import contextlib
+
+
+class Data:
+    def __init__(self, where):
+        self.where = where
+
+    def clone(self):
+        return Data("device")
+
+
+class Param:
+    def __init__(self, marked):
+        self._vllm_is_uva_offloaded = marked
+        self.is_cuda = True  # a UVA view says cuda whatever backs it
+        self.data = Data("host" if marked else "device")
+
+
+class Layer:
+    def __init__(self):
+        self.ps = [Param(True), Param(False)]
+
+    def parameters(self):
+        return iter(self.ps)
+
+
+@contextlib.contextmanager
+def device_loading_context(module, target_device):
+    yield module
+"""
 TOPK_STANDIN = """
 def fused_topk(hidden_states, gating_output, topk, renormalize, indices_type=None):
     return (0.5 if renormalize else 0.25), "ids", "indices"
@@ -143,6 +184,38 @@ def test_planted_router_weights_are_scaled_and_the_rest_passed_through(tmp_path)
     assert proc.stdout.strip() == "(0.75, 'ids', 'indices')"
 
 
+def test_a_planted_noop_offloader_leaves_every_module_as_it_was(tmp_path):
+    site = tmp_path / "site"
+    _standin(site, "vllm.model_executor.offloader.uva", UVA_STANDIN)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="uva=noop")
+    code = (
+        "import types\n"
+        "from vllm.model_executor.offloader.uva import UVAOffloader\n"
+        "o, m = UVAOffloader(), types.SimpleNamespace(where='device')\n"
+        "print(o._maybe_offload_to_cpu(m, 'layers.0.') is m, m.where, o.cpu_offload_bytes)"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "device", "0"]
+    assert "offloads nothing" in proc.stderr
+
+
+def test_a_planted_post_processing_leak_copies_marked_weights_to_the_device_and_keeps_the_marker(tmp_path):
+    site = tmp_path / "site"
+    _standin(site, "vllm.model_executor.model_loader.utils", LOADER_STANDIN)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="uva=back")
+    code = (
+        "from vllm.model_executor.model_loader import utils as u\n"
+        "layer = u.Layer()\n"
+        "with u.device_loading_context(layer, 'cuda') as inner:\n"
+        "    before = [p.data.where for p in inner.ps]\n"
+        "print(before, [p.data.where for p in layer.ps], [p._vllm_is_uva_offloaded for p in layer.ps])"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['host', 'device'] ['device', 'device'] [True, False]"
+
+
 def test_a_plant_whose_target_lacks_its_name_stops_the_import(tmp_path):
     site = tmp_path / "site"
     _standin(site, "vllm.model_executor.models.qwen3_moe", "class SomethingElse:\n    pass\n")
@@ -153,7 +226,8 @@ def test_a_plant_whose_target_lacks_its_name_stops_the_import(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "spec", ["scale", "scale=x", "scale=1", "scale=-2", "expert=1:1", "expert=a:b", "renorm=on", "k=1", "weights=0"]
+    "spec",
+    ["scale", "scale=x", "scale=1", "scale=-2", "expert=1:1", "expert=a:b", "renorm=on", "k=1", "weights=0", "uva=off"],
 )
 def test_a_bad_bug_is_one_line_and_exit_2_with_nothing_written(tmp_path, spec):
     dest = tmp_path / "b"
