@@ -1,4 +1,4 @@
-"""Gate power: mutation-test vLLM's fused-MoE dispatch code and measure how fast the suite kills each mutant.
+"""Gate power: mutation-test vLLM's fused-MoE code and measure how fast the suite kills each mutant.
 
 The command line of ``python -m moegate.power``: it runs one power run, writes
 ``power.md`` / ``power.json`` (and appends the page to ``$GITHUB_STEP_SUMMARY``),
@@ -20,6 +20,7 @@ from typing import Any
 
 from moegate.paths import REPORTS_DIR
 from moegate.power.errors import PowerError
+from moegate.power.regions import GROUPS, group_specs
 from moegate.power.report import render_markdown, to_json
 from moegate.power.run import run
 
@@ -55,6 +56,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=30.0,
         help="per-mutant time-to-first-failure target, seconds (reported, not enforced)",
     )
+    p.add_argument(
+        "--regions",
+        default="dispatch",
+        help=f"region groups to mutate, comma-separated, of {', '.join(GROUPS)} (default: dispatch)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="list the mutants in scope and stop (no tests run)")
+    p.add_argument(
+        "--prune-unreached",
+        action="store_true",
+        help="trace one unmutated run; mutants on lines it never executes are 'unreached' survivors, not run",
+    )
+    p.add_argument("--shard", default=None, help="K/N: run every N-th mutant in scope from the K-th (0-based)")
     args = p.parse_args(argv)
 
     def _term(signum: int, _frame: Any) -> None:
@@ -63,7 +76,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with SIGINT ignored
     out_dir = Path(args.out)
+    groups = [g for g in args.regions.split(",") if g]
     try:
+        try:
+            specs = group_specs(groups)
+        except ValueError as exc:
+            raise PowerError(f"--regions {args.regions}: {exc}") from None
+        shard = None
+        if args.shard is not None:
+            k, sep, n = args.shard.partition("/")
+            if not (sep and k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+                raise PowerError(f"--shard {args.shard}: expected K/N with 0 <= K < N, e.g. 0/3")
+            shard = (int(k), int(n))
         outcome = run(
             args.vllm_python,
             out_dir=out_dir,
@@ -78,6 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
             ),
             budget_s=args.budget,
+            specs=specs,
+            groups=groups,
+            dry_run=args.dry_run,
+            prune_unreached=args.prune_unreached,
+            shard=shard,
         )
     except PowerError as exc:
         print(f"moegate power: {exc}", file=sys.stderr)
@@ -88,6 +117,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    if args.dry_run:
+        for m in outcome.mutants:
+            print(f"{m.id}\tline {m.line}\t{m.region}")
+        print(
+            f"{len(outcome.mutants)} mutants in {len(outcome.regions)} regions ({', '.join(groups)})", file=sys.stderr
+        )
+        return 0
     md = render_markdown(outcome)
     (out_dir / "power.md").write_text(md)
     (out_dir / "power.json").write_text(json.dumps(to_json(outcome), indent=2, default=str))

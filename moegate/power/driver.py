@@ -119,9 +119,19 @@ def select(db_path: Path, copies: Mapping[str, Path], regions: Sequence[Region])
     return keep
 
 
-def keep_only(db_path: Path, mutants: list[Mutant], only: Sequence[str], limit: int | None) -> list[Mutant]:
-    """A partial run: the mutants named in ``only`` (all if empty), the first ``limit`` of them; the rest skipped."""
+def keep_only(
+    db_path: Path,
+    mutants: list[Mutant],
+    only: Sequence[str],
+    limit: int | None,
+    shard: tuple[int, int] | None = None,
+) -> list[Mutant]:
+    """A partial run: the mutants named in ``only`` (all if empty), every n-th from the k-th for ``shard=(k, n)``,
+    the first ``limit`` of them; the rest skipped."""
     chosen = [m for m in mutants if not only or m.id in only]
+    if shard is not None:
+        k, n = shard
+        chosen = chosen[k::n]
     chosen = chosen[:limit] if limit is not None else chosen
     mark_skipped(db_path, [m.job_id for m in mutants if m not in chosen])
     return chosen
@@ -146,7 +156,7 @@ def collect(db_path: Path, mutants: list[Mutant], equivalents: Mapping[str, str]
         results = dict(db.results)
     for m in mutants:
         r = results.get(m.job_id)
-        if r is None:
+        if r is None or m.status == "unreached":  # unreached: skipped in the session, known without a run
             continue
         m.diff = relative_diff(r.diff or "")
         if r.worker_outcome == WorkerOutcome.NO_TEST:

@@ -18,8 +18,9 @@ from moegate.power.regions import Region
 
 BUILD_PYTHON = "{python}"  # in a test command: the test build's interpreter (overlay and frozen suite first)
 
-# statuses that count towards the score; "equivalent", "no-mutation" and "pending" do not
-SCORED = ("killed", "timeout", "survived", "incompetent")
+# statuses that count towards the score; "equivalent", "no-mutation" and "pending" do not.
+# "unreached": on a line the tests never execute (moegate.power.reach), a survivor known without a run.
+SCORED = ("killed", "timeout", "survived", "unreached", "incompetent")
 
 
 @dataclass
@@ -32,7 +33,9 @@ class Mutant:
     line: int
     operator: str
     region: str
-    status: str = "pending"  # killed | survived | timeout | incompetent | equivalent | no-mutation | pending
+    status: str = (
+        "pending"  # killed | survived | unreached | timeout | incompetent | equivalent | no-mutation | pending
+    )
     first_failure_s: float | None = None
     failing_test: str | None = None
     via: str | None = None
@@ -83,6 +86,7 @@ class Outcome:
     budget_s: float = 30.0
     suite_rev: str = "unknown"
     vllm_python: str = ""  # the interpreter the test runs' build was made from
+    groups: list[str] = field(default_factory=lambda: ["dispatch"])  # the region groups mutated (regions.GROUPS)
 
     def count(self, status: str) -> int:
         return sum(1 for m in self.mutants if m.status == status)
@@ -99,6 +103,7 @@ class Outcome:
     def passed(self) -> bool:
         return (
             self.count("survived") == 0
+            and self.count("unreached") == 0
             and self.count("incompetent") == 0
             and self.count("pending") == 0
             and self.installed_unchanged

@@ -11,8 +11,9 @@ cosmic-ray's captured output:
   that callback (older Hypothesis) it falls back to the first failing test report.
 - ``import_s``: seconds spent up to that point (collection + vLLM import), so the
   report can show the tier's own time apart from the import.
-- ``fused_moe_file`` / ``triton_moe_file``: where the modules under test were
-  loaded from, so the harness can prove the run used its throw-away overlay.
+- ``fused_moe_file`` / ``triton_moe_file`` / ``uva_offloader_file`` / ``loader_utils_file``: where the
+  modules under test were loaded from (None: not imported), so the harness can prove the run used its
+  throw-away overlay for the files it mutates.
 
 It reads module ``__file__`` attributes only; it never drives vLLM.
 """
@@ -28,12 +29,11 @@ from typing import Any
 import pytest
 
 from moegate.power import summary_line
-from moegate.vllm import names
 
 # Coverage collection under observability uses sys.settrace on Python 3.11: far too slow.
 os.environ.setdefault("HYPOTHESIS_EXPERIMENTAL_OBSERVABILITY_NOCOVER", "1")
 
-WATCHED = {"fused_moe_file": names.FUSED_MOE, "triton_moe_file": names.TRITON_MOE}
+WATCHED = summary_line.WATCHED
 
 
 class _Clock:

@@ -28,11 +28,13 @@ def render_markdown(o: Outcome) -> str:
     over = [m for m in killed if m.first_failure_s is None or m.first_failure_s > o.budget_s]
     verdict = "PASS" if o.passed else "FAIL"
     lines = [
-        f"# Gate power: vLLM {o.vllm_version} fused-MoE dispatch, mutation testing",
+        f"# Gate power: vLLM {o.vllm_version} fused-MoE {', '.join(o.groups)}, mutation testing",
         "",
         (
             f"**{verdict}: mutation score {score}**: {o.count('killed')} killed, {o.count('timeout')} timed out, "
-            f"{o.count('survived')} survived, {o.count('incompetent')} incompetent of {o.scored} scored mutants; "
+            f"{o.count('survived')} survived, "
+            + (f"{o.count('unreached')} unreached, " if o.count("unreached") else "")
+            + f"{o.count('incompetent')} incompetent of {o.scored} scored mutants; "
             f"{o.count('equivalent')} equivalent (reviewed), {o.count('no-mutation')} no-op."
         ),
         "",
@@ -43,7 +45,7 @@ def render_markdown(o: Outcome) -> str:
         + (f"median {sorted(times)[len(times) // 2]:.2f}, max {max(times):.2f}" if times else "-")
         + " |",
         f"| killed within {o.budget_s:.0f} s | {len(killed) - len(over)} of {len(killed)} |",
-        f"| dispatch tier on unmutated vLLM (s) | wall {o.baseline.get('wall_s')}, import {o.baseline.get('import_s')}, pytest total {o.baseline.get('total_s')} |",
+        f"| tests on unmutated vLLM (s) | wall {o.baseline.get('wall_s')}, import {o.baseline.get('import_s')}, pytest total {o.baseline.get('total_s')} |",
         f"| total wall time (s) | {o.wall_s} |",
         f"| installed vLLM files unchanged (sha256 before = after) | {'yes' if o.installed_unchanged else 'NO'} |",
         f"| suite (moegate revision, frozen for the run) | {o.suite_rev} |",
@@ -74,6 +76,27 @@ def render_markdown(o: Outcome) -> str:
             m.diff.strip(),
             "```",
             "",
+        ]
+    unreached = [m for m in o.mutants if m.status == "unreached"]
+    if unreached:
+        lines += [
+            "",
+            "## Unreached by these tests",
+            "",
+            (
+                "Survivors known without a run: a traced run of the unmutated tests never executes their statement "
+                "(`moegate.power.reach`), so no test of this tier can tell them apart."
+            ),
+            "",
+            "| region | mutants | lines |",
+            "| --- | --- | --- |",
+        ]
+        by_region: dict[str, list[int]] = {}
+        for m in unreached:
+            by_region.setdefault(m.region, []).append(m.line)
+        lines += [
+            f"| `{region}` | {len(ls)} | {', '.join(str(n) for n in sorted(set(ls)))} |"
+            for region, ls in by_region.items()
         ]
     lines += ["", "## Equivalent mutants (reviewed in power/equivalent-mutants.toml)", ""]
     eq = [m for m in o.mutants if m.status == "equivalent"]

@@ -13,6 +13,7 @@ running score.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shlex
@@ -23,21 +24,23 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from moegate.core import progress
 from moegate.core.hashing import sha256_file
 from moegate.paths import EQUIVALENT_MUTANTS, ROOT
-from moegate.power import summary_line
-from moegate.power.driver import collect, keep_only, require_tool, run_tool, select, tally
+from moegate.power import reach, summary_line
+from moegate.power.driver import collect, keep_only, mark_skipped, require_tool, run_tool, select, tally
 from moegate.power.errors import PowerError
-from moegate.power.outcome import BUILD_PYTHON, Outcome, load_equivalents, score
+from moegate.power.outcome import BUILD_PYTHON, Mutant, Outcome, load_equivalents, score
 from moegate.power.overlay import build_overlay, clean_stale_workdirs, make_workdir, snapshot_suite
-from moegate.power.regions import REGIONS, find_regions
+from moegate.power.regions import REGIONS, Region, RegionSpec, find_regions
 from moegate.vllm import names
 from moegate.vllm.planted import BuildError, make_build
 
 EQUIVALENTS_FILE = EQUIVALENT_MUTANTS
-PLUGIN = "moegate.power.plugin"  # loaded into each mutant's dispatch-tier run with -p
+PLUGIN = "moegate.power.plugin"  # loaded into each mutant's test run with -p
+REACH_PLUGIN = "moegate.power.reach"  # loaded into one traced unmutated run with --prune-unreached
 
 
 def probe_package_dir(vllm_python: str) -> tuple[Path, str]:
@@ -87,20 +90,31 @@ def run(
     equivalents_file: Path = EQUIVALENTS_FILE,
     command: str = "",
     budget_s: float = 30.0,
+    specs: Sequence[RegionSpec] = REGIONS,
+    groups: Sequence[str] = ("dispatch",),
+    dry_run: bool = False,
+    prune_unreached: bool = False,
+    shard: tuple[int, int] | None = None,
     log: Callable[[str], object] = lambda msg: print(msg, file=sys.stderr, flush=True),
 ) -> Outcome:
-    """Mutate, test, collect. The installed files are only ever read."""
+    """Mutate, test, collect. The installed files are only ever read.
+
+    ``specs``: the regions to mutate (``regions.GROUPS``, named by ``groups`` in the report).
+    ``dry_run``: stop once the mutants are chosen (no baseline, no tests); they come back pending.
+    ``prune_unreached``: trace one more unmutated run (``moegate.power.reach``); mutants on lines it
+    never executes are ``unreached`` without a run. ``shard=(k, n)``: only every n-th mutant from the k-th.
+    """
     t_start = time.perf_counter()
     require_tool()
     if package_dir is None:
         package_dir, version = probe_package_dir(vllm_python)
     version = version or "unknown"
-    files = sorted({s.file for s in REGIONS})
+    files = sorted({s.file for s in specs})
     missing = [f for f in files if not (package_dir / f).is_file()]
     sources = {f: (package_dir / f).read_text() for f in files if f not in missing}
     if missing:
-        find_regions(sources)  # reports the missing files together with anything else missing
-    regions = find_regions(sources, where=f"vLLM {version} at {package_dir}")
+        find_regions(sources, specs)  # reports the missing files together with anything else missing
+    regions = find_regions(sources, specs, where=f"vLLM {version} at {package_dir}")
     equivalents = load_equivalents(equivalents_file)
     before = {f: sha256_file(package_dir / f) for f in files}
 
@@ -122,6 +136,14 @@ def run(
     test_command = test_command or default_test_command()
     try:
         copies = build_overlay(package_dir, work / "overlay", files)
+        if dry_run:
+            mutants = _choose(work, copies, regions, test_command or default_test_command(), proc_env, tool_log, suite)
+            if only or limit is not None or shard is not None:
+                mutants = keep_only(work / "session.sqlite", mutants, only, limit, shard)
+            return _outcome(
+                version, package_dir, command, test_command or default_test_command(), vllm_python, regions, mutants,
+                {}, t_start, before, equivalents, budget_s, suite_rev, groups,
+            )  # fmt: skip
         build_python = make_test_build(work, vllm_python, work / "overlay", suite)
         command_run = test_command.replace(BUILD_PYTHON, shlex.quote(str(build_python)))
         # baseline: the unmutated overlay must pass, from the overlay, or no score means anything
@@ -134,16 +156,18 @@ def run(
             info = summary_line.read(base.stdout) or {}
             if base.returncode != 0:
                 raise PowerError(
-                    f"the dispatch tier fails on unmutated vLLM {version} (exit {base.returncode}); "
+                    f"the tests fail on unmutated vLLM {version} (exit {base.returncode}); "
                     f"a mutation score would mean nothing. Output tail:\n{(base.stdout + base.stderr)[-3000:]}"
                 )
-            for key in ("fused_moe_file", "triton_moe_file"):
+            for key, module in summary_line.WATCHED.items():
                 loaded = info.get(key)
-                if loaded is not None and not str(loaded).startswith(str(work)):
+                mutated = names.package_file(module) in copies
+                if mutated and loaded is not None and not str(loaded).startswith(str(work)):
                     raise PowerError(f"the test run loaded {loaded}, not the overlay copy; refusing to mutate")
             import_s = info.get("import_s")
             bar.result = "passed" + (f", vLLM import {import_s} s" if import_s is not None else "")
         baseline = {"wall_s": round(base_wall, 2), **{k: info.get(k) for k in ("import_s", "total_s")}}
+        reached = _reach(command_run, copies, proc_env, suite) if prune_unreached else None
 
         timeout = timeout_s or max(60.0, 4 * base_wall)
         cfg = work / "cosmic-ray.toml"
@@ -159,8 +183,12 @@ def run(
         db = work / "session.sqlite"
         run_tool("init", str(cfg), str(db), env=proc_env, log=tool_log, what="init", cwd=suite)
         mutants = select(db, copies, regions)
-        if only or limit is not None:  # a partial run: the rest is marked skipped in cosmic-ray's session
-            mutants = keep_only(db, mutants, only, limit)
+        if only or limit is not None or shard is not None:  # a partial run: the rest is skipped in the session
+            mutants = keep_only(db, mutants, only, limit, shard)
+        if reached is not None:
+            unreached = mark_unreached(mutants, copies, reached)
+            mark_skipped(db, [m.job_id for m in unreached])
+            log(f"power: {len(unreached)} of {len(mutants)} mutants sit on lines the tests never execute")
         log(f"power: {len(mutants)} mutants in {len(regions)} regions; timeout {timeout:.0f} s each")
         with progress.stage("mutants", len(mutants), prefix="power", counts=("killed", "survived")) as bar:
 
@@ -188,6 +216,106 @@ def run(
                 f"INSTALLED vLLM FILES CHANGED during the power run: {[f for f in files if after[f] != before[f]]}"
             )
 
+    return _outcome(
+        version, package_dir, command, test_command, vllm_python, regions, mutants, baseline, t_start, before,
+        equivalents, budget_s, suite_rev, groups,
+    )  # fmt: skip
+
+
+def _reach(command_run: str, copies: Mapping[str, Path], env: Mapping[str, str], cwd: Path) -> dict[str, set[int]]:
+    """The lines of each mutated copy that one traced run of the unmutated tests executes."""
+    with progress.stage("reach (unmutated, traced)", prefix="power") as bar:
+        traced = subprocess.run(
+            [*shlex.split(command_run), "-p", REACH_PLUGIN],
+            check=False,
+            cwd=cwd,
+            env={**env, reach.ENV: json.dumps([str(p) for p in copies.values()])},
+            capture_output=True,
+            text=True,
+        )
+        lines = reach.read(traced.stdout)
+        if traced.returncode != 0 or lines is None:
+            raise PowerError(
+                f"the traced run of the unmutated tests failed (exit {traced.returncode}) or printed no reach line; "
+                f"output tail:\n{(traced.stdout + traced.stderr)[-2000:]}"
+            )
+        bar.result = f"{sum(len(v) for v in lines.values())} lines executed in {len(copies)} files"
+    return lines
+
+
+def _statement_spans(source: str) -> list[tuple[int, int]]:
+    return [
+        (n.lineno, n.end_lineno or n.lineno)
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.stmt) and not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
+
+
+def mark_unreached(
+    mutants: Sequence[Mutant], copies: Mapping[str, Path], reached: Mapping[str, set[int]]
+) -> list[Mutant]:
+    """Mark ``unreached`` each mutant whose innermost statement has no executed line; return them.
+
+    The innermost statement (not just the line) so that a mutant in a multi-line expression
+    counts as reached when any line of its statement ran: pruning may only err towards running.
+    """
+    out = []
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for m in mutants:
+        path = copies[m.file]
+        if m.file not in spans:
+            spans[m.file] = _statement_spans(path.read_text())
+        hit = reached.get(str(path), set()) | reached.get(os.path.realpath(path), set())
+        inner = min((s for s in spans[m.file] if s[0] <= m.line <= s[1]), key=lambda s: s[1] - s[0], default=None)
+        lines = range(inner[0], inner[1] + 1) if inner else range(m.line, m.line + 1)
+        if not any(n in hit for n in lines):
+            m.status = "unreached"
+            m.reason = f"the tests never execute line {m.line} (traced unmutated run)"
+            out.append(m)
+    return out
+
+
+def _choose(
+    work: Path,
+    copies: Mapping[str, Path],
+    regions: Sequence[Region],
+    command_run: str,
+    env: Mapping[str, str],
+    tool_log: Path,
+    cwd: Path,
+) -> list[Mutant]:
+    """cosmic-ray's session for the copies (``init``), its work items outside the regions marked skipped."""
+    cfg = work / "cosmic-ray.toml"
+    cfg.write_text(
+        "[cosmic-ray]\n"
+        f"module-path = {json.dumps([str(p) for p in copies.values()])}\n"
+        "timeout = 60.0\n"
+        "excluded-modules = []\n"
+        f"test-command = {json.dumps(command_run)}\n"
+        "[cosmic-ray.distributor]\n"
+        'name = "local"\n'
+    )
+    db = work / "session.sqlite"
+    run_tool("init", str(cfg), str(db), env=env, log=tool_log, what="init", cwd=cwd)
+    return select(db, copies, regions)
+
+
+def _outcome(
+    version: str,
+    package_dir: Path,
+    command: str,
+    test_command: str,
+    vllm_python: str,
+    regions: Sequence[Region],
+    mutants: list[Mutant],
+    baseline: dict[str, Any],
+    t_start: float,
+    before: dict[str, str],
+    equivalents: Mapping[str, str],
+    budget_s: float,
+    suite_rev: str,
+    groups: Sequence[str],
+) -> Outcome:
     ids = {m.id for m in mutants}
     return Outcome(
         vllm_version=version,
@@ -207,4 +335,5 @@ def run(
         stale_equivalents=sorted(k for k in equivalents if k not in ids),
         budget_s=budget_s,
         suite_rev=suite_rev,
+        groups=list(groups),
     )

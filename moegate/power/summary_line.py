@@ -12,7 +12,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from moegate.vllm import names
+
 MARK = "MOEGATE-POWER"
+
+WATCHED = {
+    "fused_moe_file": names.FUSED_MOE,
+    "triton_moe_file": names.TRITON_MOE,
+    "uva_offloader_file": names.UVA_OFFLOADER_MODULE,
+    "loader_utils_file": names.LOADER_UTILS,
+}
+"""The line's keys for where each mutable module was loaded from, and the modules (None: not imported)."""
 
 
 def render(summary: Mapping[str, Any]) -> str:

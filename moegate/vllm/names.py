@@ -16,6 +16,8 @@ FUSED_MOE = FUSED_MOE_PKG + ".fused_moe"  # the legacy entrypoint and the decisi
 TRITON_MOE = FUSED_MOE_PKG + ".experts.triton_moe"  # the modular entrypoint (TritonExperts)
 FUSED_MOE_CONFIG = FUSED_MOE_PKG + ".config"  # FusedMoEConfig and the quantization configs
 API_SERVER = "vllm.entrypoints.openai.api_server"  # the OpenAI server, run as ``python -m``
+UVA_OFFLOADER_MODULE = "vllm.model_executor.offloader.uva"  # UVAOffloader: weights to pinned host memory
+LOADER_UTILS = "vllm.model_executor.model_loader.utils"  # device_loading_context: post-processing and re-offload
 
 
 def package_file(module: str) -> str:
@@ -40,6 +42,14 @@ NUM_ALIGN_EXPERTS = "num_align_experts"  # in TritonExperts.apply: the expert co
 QUANTIZE_INPUT = "moe_kernel_quantize_input"
 SILU_AND_MUL_PER_BLOCK_QUANT = "silu_and_mul_per_block_quant"  # in vllm._custom_ops
 WNA16_BLOCK_CONFIG = "get_moe_wna16_block_config"  # in FUSED_MOE: the wNa16 kernels' block sizes
+INVOKE_TRITON_KERNEL = "invoke_fused_moe_triton_kernel"  # in FUSED_MOE: the Triton kernel's launcher
+TRITON_KERNEL = "fused_moe_kernel"  # in FUSED_MOE: the @triton.jit kernel itself
+DISPATCH_KERNEL = "dispatch_fused_moe_kernel"  # in FUSED_MOE: the legacy entrypoint's launcher
+APPLY_MOE_ACTIVATION = "apply_moe_activation"  # the activation between the two GEMMs (legacy entrypoint)
+TRITON_EXPERTS_ACTIVATION = TRITON_EXPERTS + ".activation"  # the modular activation (clamp limit)
+UVA_OFFLOADER = "UVAOffloader"
+UVA_OFFLOAD_PARAMS = UVA_OFFLOADER + "._maybe_offload_to_cpu"  # per-parameter offload under the budget, the marker
+DEVICE_LOADING_CONTEXT = "device_loading_context"  # post-processing on the device, then re-offload what lost its marker
 
 # Kernel launchers each entrypoint reaches first: the legacy path goes through
 # dispatch_fused_moe_kernel, the modular experts call the invoke_* launchers

@@ -166,3 +166,147 @@ def test_report_shows_score_and_survivor_diff() -> None:
     assert "| `k` | 10 | 2.00 |" in md
     ms[1].status = "equivalent"
     assert Outcome("9.9", "/p", "", "", [], ms, {}, 1.0, {}, True).passed
+
+
+# --- the kernel-path and offload groups ------------------------------------------------
+
+KERNELISH = """
+def fused_moe_kernel(a_ptr, b_ptr, c_ptr, b_bias_ptr, stride_bbe, stride_bbn, HAS_BIAS=False):
+    pass
+
+
+def invoke_fused_moe_triton_kernel(A, B, C, B_bias=None):
+    HAS_BIAS = B_bias is not None
+    fused_moe_kernel[(1,)](
+        A,
+        B,
+        C,
+        B_bias,
+        B_bias.stride(0) if B_bias is not None else 0,
+        B_bias.stride(1) if B_bias is not None else 0,
+        HAS_BIAS=HAS_BIAS,
+    )
+
+
+class TritonExperts:
+    def apply(self, w1, activation, N):
+        cache2_dim = N // 2
+        def _base_w13_fn():
+            invoke_fused_moe_triton_kernel(1, w1, 3,
+                B_bias=self.w1_bias)
+        _base_w13_fn()
+        if activation == "silu" and self.clamp is None:
+            q = ops.silu_and_mul_per_block_quant(1, group_size=128)
+        else:
+            self.activation(activation, 2, 3)
+        return cache2_dim
+"""
+
+
+def test_call_kinds_find_subscripted_kernels_nested_closures_and_the_if_around_a_call() -> None:
+    from moegate.power.regions import RegionSpec
+
+    f = "x/kernelish.py"
+    specs = (
+        RegionSpec(f, "invoke_fused_moe_triton_kernel", "assign", "b", name="HAS_BIAS"),
+        RegionSpec(f, "invoke_fused_moe_triton_kernel", "call-args", "b", name="fused_moe_kernel",
+                   params=("b_bias_ptr", "stride_bbe", "stride_bbn")),
+        RegionSpec(f, "TritonExperts.apply", "call-args", "b", name="invoke_fused_moe_triton_kernel",
+                   params=("B_bias",), nested=True),
+        RegionSpec(f, "TritonExperts.apply", "if-test", "a", name="silu_and_mul_per_block_quant"),
+        RegionSpec(f, "TritonExperts.apply", "call", "a", name="activation"),
+    )  # fmt: skip
+    regions = find_regions({f: KERNELISH}, specs)
+    got = sorted((r.spec.kind, r.first, r.last) for r in regions)
+    assert got == sorted(
+        [
+            ("assign", lines_of(KERNELISH, "HAS_BIAS = B_bias"), lines_of(KERNELISH, "HAS_BIAS = B_bias")),
+            ("call-args", lines_of(KERNELISH, "        B_bias,"), lines_of(KERNELISH, "        B_bias,")),
+            ("call-args", lines_of(KERNELISH, "B_bias.stride(0)"), lines_of(KERNELISH, "B_bias.stride(0)")),
+            ("call-args", lines_of(KERNELISH, "B_bias.stride(1)"), lines_of(KERNELISH, "B_bias.stride(1)")),
+            ("call-args", lines_of(KERNELISH, "B_bias=self.w1_bias"), lines_of(KERNELISH, "B_bias=self.w1_bias")),
+            ("if-test", lines_of(KERNELISH, 'if activation == "silu"'), lines_of(KERNELISH, 'if activation == "silu"')),
+            ("call", lines_of(KERNELISH, "self.activation("), lines_of(KERNELISH, "self.activation(")),
+        ]
+    )
+    closed = RegionSpec(f, "TritonExperts.apply", "call-args", "b", name="invoke_fused_moe_triton_kernel",
+                        params=("B_bias",))  # fmt: skip
+    with pytest.raises(TargetNotFound, match="a call to invoke_fused_moe_triton_kernel in TritonExperts.apply"):
+        find_regions({f: KERNELISH}, (closed,))  # without nested=True the closure is another scope
+
+
+def test_every_group_is_found_in_the_installed_vllm_when_there_is_one() -> None:
+    """The real sources, read as text: each group's regions exist in this release (skipped without vLLM)."""
+    from moegate.power.regions import GROUPS
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("no vllm package here to read")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    for name, specs in GROUPS.items():
+        files = {s.file: (root / s.file).read_text() for s in specs}
+        regions = find_regions(files, specs)
+        assert {r.spec for r in regions} == set(specs), name
+
+
+def test_an_unknown_region_group_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--vllm-python", sys.executable, "--regions", "dispatch,kernels"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "moegate power: --regions dispatch,kernels: unknown region group(s) ['kernels']; known: dispatch, kernel, offload"
+    ]
+
+
+@pytest.mark.parametrize("shard", ["3/3", "1", "a/2", "-1/2"])
+def test_a_bad_shard_is_one_line(capsys: pytest.CaptureFixture[str], shard: str) -> None:
+    assert main(["--vllm-python", sys.executable, f"--shard={shard}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"moegate power: --shard {shard}: expected K/N with 0 <= K < N, e.g. 0/3"
+    ]
+
+
+def test_a_mutant_is_unreached_only_when_no_line_of_its_statement_ran(tmp_path: Path) -> None:
+    from moegate.power.run import mark_unreached
+
+    source = "def f(x):\n    if (x and\n            x > 1):\n        return 1\n    return 2\n"
+    copy = tmp_path / "m.py"
+    copy.write_text(source)
+    mutants = [Mutant(f"m{i}", f"j{i}", "m.py", line, "Op", "r") for i, line in enumerate((3, 4, 5))]
+    out = mark_unreached(mutants, {"m.py": copy}, {str(copy): {2, 5}})  # the if's first line and the last return ran
+    assert [m.id for m in out] == ["m1"]  # line 3 belongs to the if that ran; line 4's return never ran
+    assert mutants[1].status == "unreached" and "never execute line 4" in mutants[1].reason
+    assert mutants[0].status == mutants[2].status == "pending"
+
+
+def test_the_reach_plugin_records_the_lines_a_traced_file_executes(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+
+    from moegate.power import reach
+
+    mod = tmp_path / "traced_mod.py"
+    mod.write_text("def f(x):\n    if x:\n        return 1\n    return 2\n")
+    test = tmp_path / "test_t.py"
+    test.write_text("import traced_mod\n\ndef test_f():\n    assert traced_mod.f(True) == 1\n")
+    env = {
+        **os.environ,
+        reach.ENV: json.dumps([str(mod)]),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path.cwd())]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "moegate.power.reach", "-p", "no:cacheprovider", str(test)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = reach.read(proc.stdout)
+    assert lines is not None and {2, 3} <= lines[str(mod)] and 4 not in lines[str(mod)]
+
+
+def test_shards_split_the_mutants_without_overlap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from moegate.power import driver
+
+    monkeypatch.setattr(driver, "mark_skipped", lambda db, ids: None)
+    mutants = [Mutant(f"m{i}", f"j{i}", "f.py", i, "Op", "r") for i in range(7)]
+    parts = [driver.keep_only(tmp_path / "db", mutants, (), None, (k, 3)) for k in range(3)]
+    assert [[m.id for m in p] for p in parts] == [["m0", "m3", "m6"], ["m1", "m4"], ["m2", "m5"]]

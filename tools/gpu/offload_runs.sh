@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Offload truth and the GPU power runs (issue 30 items 4 and 5; results/offload-truth.md, results/power-gpu.md),
+# from the project root on the device, after the three vLLM 0.33.0 bundle installs into $VLLM_SITE
+# (default $HOME/vllm-site). One step per `run` call; each writes its files under $OUT.
+#   truth                 every run of moegate.model.offload_plan side by side: bf16 (no offload, all experts, a
+#                         budget of one w13), fp8-block, w8a8-int8, w4a16 on Triton, w4a16 and fp8-block on Marlin
+#                         (measured), the planted uva=noop / uva=back builds (must FAIL): about 3-5 min
+#   tests                 the GPU tests: tests/kernels/test_offload_layer_truth.py (18 cases, seconds) and
+#                         tests/kernels/test_offload_truth.py (the plan's gated runs again, as a test): about 4 min
+#   power GROUP K/N       moegate.power on the GPU: GROUP offload (killed by the layer truth test and the marker
+#                         lifecycle) or kernel (killed by the kernel properties), shard K of N of the group's
+#                         mutants, unreached ones pruned by one traced run; about 8 min for offload 0/4, kernel 0/3
+#                         (needs cosmic-ray: POWER_SITE, default $HOME/power-site, from the wheelhouse in README)
+# The script exits with its step's status.
+set -uo pipefail
+: "${OUT:?}"
+export VLLM_USE_FLASHINFER_SAMPLER=0 TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/triton-offload}
+site=${VLLM_SITE:-$HOME/vllm-site}
+build() { python3 -m moegate.vllm.planted "$1" --python python3 "${@:2}" >/dev/null || exit 2; echo "$1/bin/python"; }
+step=$1
+shift
+case $step in
+truth)
+    py=$(build "$HOME/offload-b033" --site "$site")
+    timeout 560 "$py" -m moegate.model.offload_plan --python python3 --site "$site" --out "$OUT/offload-truth" \
+        --work "$HOME/offload-work" --timeout 480 >"$OUT/offload-truth.log" 2>&1
+    rc=$?
+    sed -n '1,40p' "$OUT/offload-truth/offload-truth.md" 2>/dev/null
+    echo "truth: exit $rc" ;;
+tests)
+    py=$(build "$HOME/offload-b033" --site "$site")
+    MOEGATE_ENGINE_TIMEOUT=420 timeout 560 "$py" -m pytest tests/kernels/test_offload_layer_truth.py \
+        tests/kernels/test_offload_truth.py -q -p no:cacheprovider --junitxml="$OUT/offload-tests.xml" \
+        >"$OUT/offload-tests.log" 2>&1
+    rc=$?
+    tail -n 25 "$OUT/offload-tests.log"
+    echo "tests: exit $rc" ;;
+power)
+    group=${1:?power GROUP K/N}
+    shard=${2:?power GROUP K/N}
+    py=$(build "$HOME/offload-b033" --site "$site")
+    tool=$(build "$HOME/offload-power-tool" --site "${POWER_SITE:-$HOME/power-site}")
+    # the tests that reach each group's code; -k's expression stays one argument through the harness's shlex split
+    case $group in
+    offload) cmd="{python} -m pytest tests/kernels/test_offload_layer_truth.py tests/kernels/test_marker_lifecycle.py -x -q -p moegate.power.plugin -p no:cacheprovider" ;;
+    kernel) cmd="{python} -m pytest tests/kernels/test_kernel_properties.py -k 'test_output_matches_reference or test_fp8_weights' -x -q -p moegate.power.plugin -p no:cacheprovider" ;;
+    *) echo "power: GROUP is offload or kernel" >&2; exit 2 ;;
+    esac
+    out="$OUT/power-$group-${shard/\//of}"
+    MOEGATE_POWER_COMMAND="tools/gpu/offload_runs.sh power $group $shard" \
+        timeout 580 "$tool" -m moegate.power --vllm-python "$py" --regions "$group" --prune-unreached \
+        --shard "$shard" --timeout 90 --test-command "$cmd" --out "$out" >"$out.log" 2>&1
+    rc=$?
+    sed -n '1,12p' "$out/power.md" 2>/dev/null
+    echo "power $group $shard: exit $rc" ;;
+*)
+    echo "usage: tools/gpu/offload_runs.sh truth | tests | power offload|kernel K/N" >&2
+    rc=2 ;;
+esac
+exit $rc
