@@ -9,8 +9,11 @@
 #                         tests/kernels/test_offload_truth.py (the plan's gated runs again, as a test): about 4 min
 #   power GROUP K/N       moegate.power on the GPU: GROUP offload (killed by the layer truth test and the marker
 #                         lifecycle) or kernel (killed by the kernel properties), shard K of N of the group's
-#                         mutants, unreached ones pruned by one traced run; about 8 min for offload 0/4, kernel 0/3
-#                         (needs cosmic-ray: POWER_SITE, default $HOME/power-site, from the wheelhouse in README)
+#                         mutants, unreached ones pruned by one traced run. offload: 94 mutants, 0/5 is ~19 of
+#                         them, ~15-20 s each plus ~2 min of baseline and trace; kernel: 65 mutants, 0/6 is ~11, ~25 s
+#                         each plus ~3 min: each about 7-9 min (needs cosmic-ray in POWER_SITE, default
+#                         $HOME/power-site: ../shared/tools/gpu-wheelhouse.sh .gpu/power "cosmic-ray>=8.7,<9" here,
+#                         then bash .gpu/power/part1/install.sh $HOME/power-site there)
 # The script exits with its step's status.
 set -uo pipefail
 : "${OUT:?}"
