@@ -44,13 +44,14 @@ class Experts(torch.nn.Module):
 
 def model(w13: torch.Tensor, w2: torch.Tensor, replace: str, target, layers: int = 2) -> torch.nn.Module:
     """``layers.N.mlp.experts``: the names vLLM's selection and the observation see inside a decoder layer."""
-    root = torch.nn.Module()
-    root.layers = torch.nn.ModuleList()
+    blocks = torch.nn.ModuleList()
     for _ in range(layers):
         block = torch.nn.Module()
         block.mlp = torch.nn.Module()
         block.mlp.experts = Experts(w13, w2, replace, target)
-        root.layers.append(block)
+        blocks.append(block)
+    root = torch.nn.Module()
+    root.layers = blocks
     return root
 
 
@@ -60,14 +61,15 @@ def model(w13: torch.Tensor, w2: torch.Tensor, replace: str, target, layers: int
 def test_after_loading_every_weight_is_where_its_marker_and_the_budget_say(cuda_target, bank, select, budget, replace):
     t, _, _ = bank.inputs(CASE)
     root = model(t.w1, t.w2, replace, cuda_target).to(cuda_target.device)
+    blocks = list(root.get_submodule("layers").children())
     w13_bytes = t.w1.numel() * t.w1.element_size()
     max_bytes = {"all": 1 << 40, "one-w13": w13_bytes, "none": 0}[budget]
     segments = SELECT[select]
     if max_bytes:  # one offloader, one budget, the decoder layers in order: as vLLM's loader wraps them
-        moved = uva_offload_layers(root.layers, max_bytes, set(segments))
+        moved = uva_offload_layers(blocks, max_bytes, set(segments))
         assert moved > 0
-    for block in root.layers:
-        cuda_target.process_weights_after_loading(block.mlp.experts)
+    for block in blocks:
+        cuda_target.process_weights_after_loading(block.get_submodule("mlp.experts"))
 
     observation = observe(root, segments if max_bytes else ())
     verdict = judge(observation, Budget(max_bytes, segments), calibrate_pinned())
