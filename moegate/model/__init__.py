@@ -5,5 +5,4 @@
 - ``tiny_train``: the trained tiny model's recipe and training, and its committed copy (``models/e2e-trained/``).
 - ``engine``: one scenario of vLLM's offline engine on the tiny model (``python -m moegate.model.engine``).
 - ``quant_formats``, ``quantize``: the tiny model written pre-quantized (``python -m moegate.model.quantize``).
-- ``offload_engine``, ``offload_plan``, ``offload_report``: offload truth on the GPU (``python -m moegate.model.offload_plan``).
 """

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from moegate.vllm import pointers
 from moegate.vllm.names import UVA_MARKER
 
 DECODER_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -77,8 +78,6 @@ def _host_stats() -> dict[str, Any] | None:
 
 def observe(model: Any, segments: Iterable[str]) -> dict[str, Any]:
     """Every parameter of ``model`` with the driver's word on its memory; plain data (see the module docstring)."""
-    from moegate.vllm import pointers
-
     pointers.ensure_context()
     segs = sorted(segments)
     named = list(model.named_parameters())
@@ -115,8 +114,6 @@ def calibrate_pinned(_model: Any = None) -> list[dict[str, Any]]:
     same-size requests could reuse them, so they must not precede what is measured.
     """
     import torch
-
-    from moegate.vllm import pointers
 
     pointers.ensure_context()
     out: list[dict[str, Any]] = []

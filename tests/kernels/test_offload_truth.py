@@ -1,6 +1,6 @@
 """Offload truth on the GPU: after vLLM loads a model with UVA-offloaded experts, every weight is where its marker and the budget say.
 
-The plan's runs with an expectation (``moegate.model.offload_plan.RUNS``): the unquantized layer (no
+The plan's runs with an expectation (``moegate.offload.plan.RUNS``): the unquantized layer (no
 offload, every expert weight offloaded, a budget of one w13), block FP8, int8 W8A8 and int4 W4A16 written
 pre-quantized by ``moegate.model.quantize``, and the planted offload bugs (``uva=noop``, ``uva=back``)
 that must FAIL by the rule they break. Each run is one offline engine in its own process; all start at
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from moegate.model.offload_plan import RUNS, execute, prepare_builds, prepare_models
+from moegate.offload.plan import RUNS, execute, prepare_builds, prepare_models
 
 GATED = [r for r in RUNS if r.expect != "measure"]
 TIMEOUT_S = float(os.environ.get("MOEGATE_ENGINE_TIMEOUT", "480"))

@@ -7,7 +7,7 @@ strategies, at the repository's top level in ``strategies/``, are the room ``str
 ``moegate.strategies``: pyproject.toml's ``package-dir``, read here). ``LAYERS`` names them bottom to top:
 
 - a file may import its own room and any room of a lower layer; rooms of one layer import nothing of each
-  other (``kernels`` and ``model`` stand side by side, so do ``e2e`` and ``ab``);
+  other (``kernels`` and ``model`` stand side by side, so do ``e2e``, ``ab`` and ``offload``);
 - no file reaches itself through imports (a circle between files, even inside one room); imports under
   ``if TYPE_CHECKING:`` count for the layers, not for circles, since they never run;
 - an import inside a function is for an optional dependency: a third-party package beyond the two every
@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vllm",),  # the only room that imports vLLM
     ("kernels", "model"),  # the kernel tier's checks; the tiny models
     ("serve",),  # servers, builds, the client: shared by e2e and the A/B
-    ("e2e", "ab"),  # the e2e gates; the A/B
+    ("e2e", "ab", "offload"),  # the e2e gates; the A/B; offload truth's engine runs
     ("power",),  # mutation testing of the dispatch tier
     ("__main__",),  # the front door: `moegate repro|spec`
 )

@@ -2,7 +2,7 @@
 # Offload truth and the GPU power runs (issue 30 items 4 and 5; results/offload-truth.md, results/power-gpu.md),
 # from the project root on the device, after the three vLLM 0.33.0 bundle installs into $VLLM_SITE
 # (default $HOME/vllm-site). One step per `run` call; each writes its files under $OUT.
-#   truth                 every run of moegate.model.offload_plan side by side: bf16 (no offload, all experts, a
+#   truth                 every run of moegate.offload.plan side by side: bf16 (no offload, all experts, a
 #                         budget of one w13), fp8-block, w8a8-int8, w4a16 on Triton, w4a16 and fp8-block on Marlin
 #                         (measured), the planted uva=noop / uva=back builds (must FAIL): about 3-5 min
 #   tests                 the GPU tests: tests/kernels/test_offload_layer_truth.py (18 cases, seconds) and
@@ -25,7 +25,7 @@ shift
 case $step in
 truth)
     py=$(build "$HOME/offload-b033" --site "$site")
-    timeout 560 "$py" -m moegate.model.offload_plan --python python3 --site "$site" --out "$OUT/offload-truth" \
+    timeout 560 "$py" -m moegate.offload.plan --python python3 --site "$site" --out "$OUT/offload-truth" \
         --work "$HOME/offload-work" --timeout 480 >"$OUT/offload-truth.log" 2>&1
     rc=$?
     sed -n '1,40p' "$OUT/offload-truth/offload-truth.md" 2>/dev/null

@@ -22,9 +22,10 @@ pytest.importorskip("safetensors", reason="reading and writing checkpoints needs
 import torch
 from safetensors.torch import load_file
 
+from moegate.core.hashing import model_hash
 from moegate.model import quant_formats as qf
 from moegate.model.quantize import SCHEMES, main, quantize_checkpoint, write_fp8_block
-from moegate.model.tiny_model import build, model_hash
+from moegate.model.tiny_model import build
 from moegate.model.tiny_spec import BUILD_INFO, TinyMoESpec
 from tests.support import ROOT
 

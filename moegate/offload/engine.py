@@ -1,6 +1,6 @@
 """One vLLM engine start on a tiny checkpoint (bf16 or pre-quantized) with its experts UVA-offloaded, judged for offload truth.
 
-    python -m moegate.model.offload_engine --model DIR --json OUT [--budget-gb G] [--segments experts]
+    python -m moegate.offload.engine --model DIR --json OUT [--budget-gb G] [--segments experts]
         [--moe-backend triton] [--max-tokens N]
 
 The engine loads the checkpoint with ``offload_backend="uva", cpu_offload_gb=G,
@@ -9,7 +9,7 @@ greedy tokens (the engine serves with the weights where they are), then inside i
 ``moegate.vllm.residency.observe`` asks the CUDA driver where every parameter lives and
 ``calibrate_pinned`` measures the pinned allocator's rounding. ``moegate.vllm.offload_truth.judge``
 gives the verdict; the JSON holds it with the observation it rests on. The exit code says whether
-the run completed (0), not the verdict: the plan (``moegate.model.offload_plan``) compares verdicts
+the run completed (0), not the verdict: the plan (``moegate.offload.plan``) compares verdicts
 with expectations. Needs CUDA. Imports no vLLM itself: the engine comes through ``moegate.vllm.offline``.
 """
 
@@ -24,7 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from moegate.core.golden import atomic_write
 from moegate.model.tiny_spec import TinyMoESpec
+from moegate.vllm import offline, residency
+from moegate.vllm.offload_truth import Budget, judge, to_json
 
 ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1"}
 KV_CACHE_BYTES = 256 << 20
@@ -56,10 +59,7 @@ def engine_kwargs(spec: TinyMoESpec, budget_gb: float, segments: list[str], moe_
 
 
 def run(model: Path, budget_gb: float, segments: list[str], moe_backend: str, max_tokens: int) -> dict[str, Any]:
-    import torch
-
-    from moegate.vllm import offline, residency
-    from moegate.vllm.offload_truth import Budget, judge, to_json
+    import torch  # the GPU's own library: the engine runs only where it is
 
     if not torch.cuda.is_available():
         raise OffloadInputError("offload truth needs a CUDA GPU: host memory mapped for the GPU exists only there")
@@ -102,7 +102,7 @@ def run(model: Path, budget_gb: float, segments: list[str], moe_backend: str, ma
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moegate.model.offload_engine", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m moegate.offload.engine", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, type=Path)
     parser.add_argument("--json", required=True, type=Path)
     parser.add_argument("--budget-gb", type=float, default=64.0, help="cpu_offload_gb (0: no offload, the control)")
@@ -110,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moe-backend", default="triton")
     parser.add_argument("--max-tokens", type=int, default=8)
     args = parser.parse_args(argv)
-    from moegate.core.golden import atomic_write
 
     try:
         if args.budget_gb < 0 or args.max_tokens < 1:
@@ -122,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         segments = [s for s in args.segments.split(",") if s]
         report = run(args.model, args.budget_gb, segments, args.moe_backend, args.max_tokens)
     except OffloadInputError as exc:
-        print(f"moegate.model.offload_engine: {exc}", file=sys.stderr)
+        print(f"moegate.offload.engine: {exc}", file=sys.stderr)
         return 2
     atomic_write(args.json, json.dumps(report, indent=1, sort_keys=True) + "\n")
-    print(f"moegate.model.offload_engine: {report['verdict']}: wrote {args.json}", file=sys.stderr)
+    print(f"moegate.offload.engine: {report['verdict']}: wrote {args.json}", file=sys.stderr)
     return 0
 
 

@@ -1,14 +1,14 @@
 """The offload-truth plan: every checkpoint and build it runs, side by side on one GPU, and whether each verdict is the expected one.
 
-    python -m moegate.model.offload_plan --python PY [--site DIR]... --out DIR [--only NAME]... [--timeout S]
+    python -m moegate.offload.plan --python PY [--site DIR]... --out DIR [--only NAME]... [--timeout S]
 
 On the GPU machine (``tools/gpu/offload_truth.sh``): builds the default tiny Qwen3-MoE (128 experts,
 top-8, hidden 256, expert width 128: every width a multiple of 128, and 1-4 decode tokens in the naive
 region), writes it pre-quantized in each scheme (``moegate.model.quantize``), makes the builds
 (``moegate.vllm.planted``: the clean one and the planted offload bugs) from ``PY`` and the ``--site``
-directories, and starts one ``python -m moegate.model.offload_engine`` per run of ``RUNS``, all at
+directories, and starts one ``python -m moegate.offload.engine`` per run of ``RUNS``, all at
 once (a fixed KV cache each, so no start profiles memory while another allocates). Writes
-``offload-truth.json`` and ``offload-truth.md`` (``moegate.model.offload_report``) and each run's JSON
+``offload-truth.json`` and ``offload-truth.md`` (``moegate.offload.report``) and each run's JSON
 and log under ``DIR``.
 
 Exit 0 when every run with an expectation met it: the clean runs PASS and each planted bug FAILS by the
@@ -30,8 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from moegate.model.quantize import quantize_checkpoint
+from moegate.model.tiny_model import build
 from moegate.model.tiny_spec import TinyMoESpec
+from moegate.offload import report as offload_report
 from moegate.paths import ROOT
+from moegate.serve.processes import stop_tree
+from moegate.vllm.planted import BuildError, make_build
 
 GIB = 1 << 30
 AMPLE_GB = 64.0
@@ -97,9 +102,6 @@ def met(run: Run, result: dict[str, Any]) -> bool:
 
 def prepare_models(work: Path, schemes: set[str]) -> tuple[dict[str, Path], TinyMoESpec]:
     """The bf16 tiny model and its quantized copies under ``work/models``."""
-    from moegate.model.quantize import quantize_checkpoint
-    from moegate.model.tiny_model import build
-
     models = work / "models"
     bf16 = models / "bf16"
     if not bf16.is_dir():
@@ -112,8 +114,6 @@ def prepare_models(work: Path, schemes: set[str]) -> tuple[dict[str, Path], Tiny
 
 
 def prepare_builds(work: Path, python: str, sites: Sequence[str], bugs: set[str | None]) -> dict[str, Path]:
-    from moegate.vllm.planted import BuildError, make_build
-
     out = {}
     for bug in sorted(bugs, key=lambda b: b or ""):
         label = bug or "clean"
@@ -135,8 +135,6 @@ def execute(
     runs: Sequence[Run], models: dict[str, Path], builds: dict[str, Path], spec: TinyMoESpec, out: Path, timeout: float
 ) -> list[dict[str, Any]]:
     """Start every run's engine at once; wait for all; each run's result (its JSON, or why there is none)."""
-    from moegate.serve.processes import stop_tree
-
     (out / "runs").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # each build makes its own path
@@ -144,7 +142,7 @@ def execute(
     for run in runs:
         js, log = out / "runs" / f"{run.name}.json", out / "logs" / f"{run.name}.log"
         cmd = [
-            str(builds[run.build]), "-m", "moegate.model.offload_engine", "--model", str(models[run.checkpoint]),
+            str(builds[run.build]), "-m", "moegate.offload.engine", "--model", str(models[run.checkpoint]),
             "--json", str(js), "--budget-gb", repr(budget_gb(run, spec)), "--moe-backend", run.moe_backend,
         ]  # fmt: skip
         fh = log.open("w")
@@ -172,7 +170,7 @@ def execute(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moegate.model.offload_plan", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m moegate.offload.plan", description=__doc__.splitlines()[0])
     parser.add_argument("--python", required=True, help="the interpreter whose packages the builds see")
     parser.add_argument("--site", action="append", default=[], help="a directory first on the builds' path (vLLM)")
     parser.add_argument("--out", required=True, type=Path)
@@ -180,7 +178,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help=f"run only these (of {[r.name for r in RUNS]})")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds for all runs together")
     args = parser.parse_args(argv)
-    from moegate.model import offload_report
 
     try:
         unknown = sorted(set(args.only) - {r.name for r in RUNS})
@@ -193,10 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         builds = prepare_builds(work, args.python, args.site, {r.bug for r in runs})
         prepared_s = time.perf_counter() - t0
     except (PlanError, ValueError, FileExistsError) as exc:
-        print(f"moegate.model.offload_plan: {exc}", file=sys.stderr)
+        print(f"moegate.offload.plan: {exc}", file=sys.stderr)
         return 2
     results = execute(runs, models, builds, spec, args.out, args.timeout)
-    command = "python -m moegate.model.offload_plan " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m moegate.offload.plan " + " ".join(argv if argv is not None else sys.argv[1:])
     doc = {
         "command": command,
         "prepare_s": round(prepared_s, 1),

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from moegate.model.offload_plan import RUNS, Run, budget_gb, main, met
-from moegate.model.offload_report import render
 from moegate.model.quantize import SCHEMES
 from moegate.model.tiny_spec import TinyMoESpec
+from moegate.offload.plan import RUNS, Run, budget_gb, main, met
+from moegate.offload.report import render
 from moegate.vllm.planted import parse_bug
 
 SPEC = TinyMoESpec()
@@ -78,7 +78,7 @@ def test_the_page_has_a_row_per_run_the_gated_count_and_each_findings_line():
     results.append(bad)
     crashed = {"run": vars(RUNS[6]), "verdict": None, "met": False, "error": "exit code 1", "log_tail": "Traceback"}
     results.append(crashed)
-    page = render({"command": "python -m moegate.model.offload_plan --out X", "results": results, "spec": vars(SPEC)})
+    page = render({"command": "python -m moegate.offload.plan --out X", "results": results, "spec": vars(SPEC)})
     assert page.startswith("# Offload truth: vLLM 0.33.0 on NVIDIA H200")
     assert "**FAIL: 3 of 4 runs as expected**" in page and "1 measured without an expectation" in page
     assert page.count("\n| `") == len(results)
@@ -88,5 +88,5 @@ def test_the_page_has_a_row_per_run_the_gated_count_and_each_findings_line():
 def test_an_unknown_run_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["--python", "python3", "--out", str(tmp_path / "out"), "--only", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("moegate.model.offload_plan: unknown run(s) ['nope']")
+    assert len(err) == 1 and err[0].startswith("moegate.offload.plan: unknown run(s) ['nope']")
     assert not (tmp_path / "out").exists()
