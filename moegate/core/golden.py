@@ -64,9 +64,14 @@ def check(
     bless: bool = False,
     directory: Path = GOLDEN_DIR,
     max_diff_lines: int = 80,
+    hint: str | None = None,
 ) -> None:
-    """Compare ``text`` with golden ``name``; with ``bless`` write it instead."""
+    """Compare ``text`` with golden ``name``; with ``bless`` write it instead.
+
+    ``hint``: the command that blesses this golden, when it is not ``nox -s bless -- NAME``.
+    """
     path = directory / name
+    how = hint or BLESS_HINT.format(name=name)
     obtained = obtained_path(path)
     if bless:
         atomic_write(path, text)
@@ -74,7 +79,7 @@ def check(
         return
     if not path.exists():
         atomic_write(obtained, text)
-        raise GoldenMissing(f"golden {path} is missing; review {obtained} and bless it: {BLESS_HINT.format(name=name)}")
+        raise GoldenMissing(f"golden {path} is missing; review {obtained} and bless it: {how}")
     want = body(path.read_text(encoding="utf-8"))
     got = body(text)
     if want == got:
@@ -86,7 +91,7 @@ def check(
     more = len(diff) - len(shown)
     raise GoldenMismatch(
         f"{name} differs from the golden ({sum(1 for d in diff if d.startswith('-') and not d.startswith('---'))} rows "
-        f"changed); obtained file: {obtained}; if the change is intended: {BLESS_HINT.format(name=name)}\n"
+        f"changed); obtained file: {obtained}; if the change is intended: {how}\n"
         + "\n".join(shown)
         + (f"\n... {more} more diff lines" if more > 0 else "")
     )

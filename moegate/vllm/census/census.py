@@ -1,0 +1,134 @@
+"""The census: everything ``moegate.vllm.census`` reads from one installed vLLM, as sorted JSON lines.
+
+``take`` reads the source (a ``CensusError`` names what was missing and where;
+nothing is returned half-made) and ``render`` writes the golden's text: a ``#``
+provenance header (vLLM release, transformers release, census code version) and one
+JSON object a line, sorted, keys sorted. Kinds, in order: ``builder``, ``layer``,
+``activation``, ``quant-method``, ``tuned``, ``shape``, ``site``; see each module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from moegate.core import golden
+from moegate.vllm.census import builders, catalog, layers, sites, syntax, tuned
+from moegate.vllm.census.archs import Architectures
+from moegate.vllm.census.configs import ConfigIndex
+from moegate.vllm.census.source import CensusError, VllmSource
+
+CENSUS_VERSION = 1
+"""Bumped when the census's reading or format changes (the goldens record it)."""
+
+KINDS = ("builder", "layer", "activation", "quant-method", "tuned", "shape", "site")
+GOLDEN_DIR = "census"
+BLESS = "python -m moegate.vllm.census --bless"
+
+
+def golden_name(version: str) -> str:
+    """The golden of a vLLM release, relative to ``golden/``."""
+    return f"{GOLDEN_DIR}/vllm-{version}.jsonl"
+
+
+@dataclass(frozen=True)
+class Census:
+    vllm: str
+    transformers: str | None
+    records: tuple[dict[str, Any], ...]
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["kind"] == kind]
+
+
+def _key(rec: dict[str, Any]) -> tuple[int, str]:
+    return KINDS.index(rec["kind"]), json.dumps(rec, sort_keys=True)
+
+
+def take(src: VllmSource) -> Census:
+    """Read one installed vLLM (see the package docstring).
+
+    What a release must have is looked for first, cheapest first (the builder, the tuned
+    configs, the activations, the decision's definition), so a tree the census cannot
+    read fails in about a second, before the model files are parsed.
+    """
+    syntax.read.cache_clear()  # a fresh read of every file: the tree may have changed since the last census
+    syntax.parse.cache_clear()
+    files = sorted(p for p in src.root.rglob("*.py") if "__pycache__" not in p.parts)
+    if not files:
+        raise CensusError(f"census: no Python source under {src.root}")
+    found = builders.find_builders(src, files)
+    tuned_records, unparsed = tuned.tuned_files(src)
+    grouped = tuned.grouped(tuned_records, tuned.looked_up_dtypes(src))
+    activation_records = catalog.activations(src)
+    site_params = sites.callee_params(src)
+    index = ConfigIndex(src)
+    layer_records = layers.find_layers(src, found, files, index, Architectures(src))
+    if not layer_records:
+        raise CensusError(
+            f"census: no model class under {src.root} calls a fused-MoE layer builder "
+            f"({', '.join(b.name for b in found)}): looked for calls of it in every .py file"
+        )
+    records: list[dict[str, Any]] = [b.record() for b in found]
+    records += layer_records
+    records += activation_records
+    records += catalog.quant_methods(src, files)
+    records += grouped
+    records += [{"kind": "tuned", "unparsed": name} for name in unparsed]
+    records += tuned.shapes(layer_records, grouped)
+    records += sites.find_sites(src, files, site_params)
+    return Census(src.version, index.transformers_version, tuple(sorted(records, key=_key)))
+
+
+def render(census: Census) -> str:
+    header = golden.provenance_header(
+        {
+            "what": "census of vLLM's fused-MoE configurations and dispatch sites (docs/census.md)",
+            "vllm": census.vllm,
+            "transformers": census.transformers or "absent",
+            "census code": str(CENSUS_VERSION),
+            "produced by": BLESS,
+        }
+    )
+    return header + "".join(json.dumps(r, sort_keys=True) + "\n" for r in census.records)
+
+
+def parse_golden(text: str) -> list[dict[str, Any]]:
+    """The records of a census golden's body."""
+    return [json.loads(line) for line in golden.body(text).splitlines() if line.strip()]
+
+
+def golden_path(version: str, directory: Path | None = None) -> Path:
+    return (directory or golden.GOLDEN_DIR) / golden_name(version)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def committed(directory: Path | None = None) -> dict[str, Path]:
+    """The committed census goldens by vLLM version, oldest first."""
+    folder = (directory or golden.GOLDEN_DIR) / GOLDEN_DIR
+    found = {p.name[len("vllm-") : -len(".jsonl")]: p for p in folder.glob("vllm-*.jsonl")}
+    return dict(sorted(found.items(), key=lambda kv: _release(kv[0])))
+
+
+def reference_golden(version: str, directory: Path | None = None) -> tuple[str, Path] | None:
+    """The golden to hold the installed release to: its own, else the newest committed (the release under review)."""
+    goldens = committed(directory)
+    if version in goldens:
+        return version, goldens[version]
+    if not goldens:
+        return None
+    newest = next(reversed(goldens))
+    return newest, goldens[newest]
+
+
+def site_key(rec: dict[str, Any]) -> str:
+    return f"{rec['file']}::{rec['scope']}"
