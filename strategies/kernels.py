@@ -56,8 +56,19 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from moegate.core.case import DTYPES, ENTRYPOINTS, MoECase, Placement, Quant
-from moegate.strategies.moe import SCHEME_FAMILIES, moe_cases
+from moegate.core.case import (
+    ACTIVATIONS,
+    ALL_PLACEMENTS,
+    DTYPES,
+    ENTRYPOINTS,
+    PARAMETERS,
+    Activation,
+    MoECase,
+    Placement,
+    Quant,
+)
+from moegate.strategies.moe import SCHEME_FAMILIES, moe_cases, routings
+from moegate.strategies.moe import activations as moe_activations
 
 MAX_KERNEL_TOKENS = 16
 """Decode-sized batches and just past the naive threshold; Triton compiles per token bucket."""
@@ -157,4 +168,93 @@ def kernel_cases(
     return _supported(base, entrypoint, quant, schemes)
 
 
-__all__ = ["BIG_SHAPE", "MAX_KERNEL_TOKENS", "WNA16_GROUP_SIZES", "group_sizes", "kernel_cases"]
+CENSUS_SHAPES: tuple[tuple[int, int, int, int], ...] = (
+    # (experts, hidden, intermediate, top_k) of real models at a tensor-parallel split the census finds,
+    # K and N not multiples of 128 (golden/census/: shape lines)
+    (32, 2880, 720, 4),  # gpt-oss-20b at TP4: hidden 2880 = 22.5 x 128, N = 2880 / 4
+    (60, 2048, 176, 4),  # Qwen1.5-MoE-A2.7B (Qwen2MoeConfig) at TP8: N = 1408 / 8
+)
+"""Two shapes only: each adds its Triton variants (tile configs, naive and sorted, with and without bias)."""
+
+_CENSUS_SHAPES = st.sampled_from(CENSUS_SHAPES)
+_LEGACY_ACTIVATIONS = st.sampled_from([Activation(n) for n in ACTIVATIONS if not PARAMETERS.get(n, ((), ()))[0]])
+
+
+@st.composite
+def census_kernel_cases(
+    draw: Callable[[st.SearchStrategy[Any]], Any],
+    entrypoint: str,
+    *,
+    placement: Placement | st.SearchStrategy[Placement] | None = None,
+    bias: bool | None = None,
+) -> MoECase:
+    """What the census adds, on a GPU: every activation with its limits, biases, the census's K and N.
+
+    bfloat16, unquantized, no expert map, up to ``MAX_KERNEL_TOKENS`` tokens (both paths).
+    The legacy entrypoint takes an activation's name only (``moegate.vllm.calls``), so it
+    draws the activations that need no parameter; the modular one draws them all.
+    """
+    if entrypoint not in ENTRYPOINTS:
+        raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
+    experts, hidden, inter, top_k = draw(_CENSUS_SHAPES)
+    act = draw(_LEGACY_ACTIVATIONS if entrypoint == "legacy" else moe_activations())
+    place = placement if isinstance(placement, Placement) else draw(placement or st.sampled_from(ALL_PLACEMENTS))
+    return MoECase(
+        num_tokens=draw(st.integers(1, MAX_KERNEL_TOKENS)),
+        top_k=top_k,
+        num_experts=experts,
+        hidden=hidden,
+        intermediate=inter,
+        dtype="bfloat16",
+        placement=place,
+        routing=draw(routings()),
+        activation=act,
+        bias=draw(_PRESENT[bias]),
+    )
+
+
+BIASED_QUANT_SHAPE = (64, 256, 128)
+"""A kernel-tier shape (``KERNEL_SHAPES``): quantized weights with biases add only their bias variants."""
+
+
+@st.composite
+def biased_quant_cases(draw: Callable[[st.SearchStrategy[Any]], Any], entrypoint: str, *, fp8: bool) -> MoECase:
+    """Quantized weights with expert biases, where vLLM's kernels take them.
+
+    fp8_w8a8 per-tensor or 128 x 128 (both entrypoints; ``fp8``: the GPU has fp8 tensor
+    cores) and per-channel int8_w8a16 at the legacy entrypoint: the plain Triton kernel adds
+    biases, the grouped wNa16 kernels take none (vLLM asserts it) and the modular wNa16
+    experts launch the grouped kernel.
+    """
+    experts, hidden, inter = BIASED_QUANT_SHAPE
+    schemes = (["fp8_w8a8"] if fp8 else []) + (["int8_w8a16"] if entrypoint == "legacy" else [])
+    if not schemes:
+        raise ValueError(f"no biased quantization runs at the {entrypoint} entrypoint here (fp8={fp8})")
+    scheme = draw(st.sampled_from(schemes))
+    group = draw(st.sampled_from((FP8_PER_TENSOR, FP8_BLOCK))) if scheme == "fp8_w8a8" else 0
+    top_k = draw(st.sampled_from((1, 2, 4, 8)))
+    return MoECase(
+        num_tokens=draw(st.integers(1, MAX_KERNEL_TOKENS)),
+        top_k=top_k,
+        num_experts=experts,
+        hidden=hidden,
+        intermediate=inter,
+        dtype="bfloat16",
+        placement=draw(st.sampled_from(ALL_PLACEMENTS)),
+        routing=draw(routings()),
+        quant=Quant(scheme, group),
+        bias=True,
+    )
+
+
+__all__ = [
+    "BIASED_QUANT_SHAPE",
+    "BIG_SHAPE",
+    "CENSUS_SHAPES",
+    "MAX_KERNEL_TOKENS",
+    "WNA16_GROUP_SIZES",
+    "biased_quant_cases",
+    "census_kernel_cases",
+    "group_sizes",
+    "kernel_cases",
+]

@@ -29,6 +29,7 @@ from moegate.core.case import (
     DTYPES,
     QUANT_SCHEMES,
     WNA16_SCHEMES,
+    Activation,
     ExpertMap,
     MoECase,
     Placement,
@@ -36,13 +37,15 @@ from moegate.core.case import (
     Routing,
     RoutingKind,
 )
+from moegate.core.index_width import SIDES, tokens_at_kernel_boundary
 from moegate.core.spec import SPARSITY_FACTOR
+from moegate.strategies import space
 
 COMMON_EXPERT_COUNTS = (8, 16, 32, 60, 64, 128, 256)
 """Counts real MoE models use (Qwen3-30B-A3B: 128, Qwen3-235B-A22B: 128, DeepSeek-V3: 256)."""
 
-MAX_EXPERTS = 512
-MAX_TOKENS = 64
+MAX_EXPERTS = space.EXPERTS.hi
+MAX_TOKENS = space.MAX_TOKENS
 
 SHARED_EXPERT_COUNTS = (1, 2)
 """Fused shared experts per layer in real models: 1 (DeepSeek-V3, GLM-4.5, Qwen3-Next, MiniMax-M3), 2 (DeepSeek-V2)."""
@@ -156,13 +159,14 @@ _QUANT_SCHEME = {name: st.sampled_from(schemes) for name, schemes in SCHEME_FAMI
 # wNa16: per-channel in both encodings vLLM uses: block_shape [0, 0] and the wNa16 oracle's [0, -1];
 # grouped includes the clause's boundary, group size 1 ("block_shape[1] > 0")
 _GROUP = {
-    True: st.sampled_from((1, 32, 64, 128)),
-    False: st.sampled_from((0, -1)),
-    None: st.sampled_from((0, -1, 1, 32, 64, 128)),
+    True: st.sampled_from(tuple(g for g in space.WNA16_GROUPS if g > 0)),
+    False: st.sampled_from(tuple(g for g in space.WNA16_GROUPS if g <= 0)),
+    None: st.sampled_from(space.WNA16_GROUPS),
 }
 # fp8: per-tensor, or the 128 x 128 blocks of DeepSeek-style checkpoints (block_shape[1] = 128 > 0,
 # which must not trigger the wNa16 clause)
-_FP8_GROUP = {True: st.just(128), False: st.just(0), None: st.sampled_from((0, 128))}
+_FP8_BLOCKS = tuple(g for g in space.FP8_GROUPS if g > 0)
+_FP8_GROUP = {True: st.sampled_from(_FP8_BLOCKS), False: st.just(0), None: st.sampled_from(space.FP8_GROUPS)}
 _PRESENT = {True: st.just(True), False: st.just(False), None: st.booleans()}
 _DTYPES = dtypes()
 _DTYPES_16 = st.sampled_from(("bfloat16", "float16"))
@@ -171,6 +175,41 @@ _INTER = intermediate_sizes()
 _KERNEL_SHAPES = st.sampled_from(KERNEL_SHAPES)
 _BOOL = st.booleans()
 _SHARED = st.sampled_from(SHARED_EXPERT_COUNTS)
+# wide shapes (``moe_cases(wide=True)``): the census's ranges, model-like values first
+_COMMON_HIDDEN = (64, 128, 256, 2048, 2880, 4096, 7168)
+_COMMON_INTER = (64, 96, 176, 192, 352, 704, 768, 1408, 1536, 2048, 2880)
+_HIDDEN_WIDE = st.one_of(st.sampled_from(_COMMON_HIDDEN), st.integers(space.HIDDEN.lo, space.HIDDEN.hi))
+_INTER_WIDE = st.one_of(st.sampled_from(_COMMON_INTER), st.integers(space.INTERMEDIATE.lo, space.INTERMEDIATE.hi))
+_TOP_K_WIDE = st.one_of(_TOP_K, st.integers(space.TOP_K.lo, space.TOP_K.hi))
+_ON_INPUT = st.sampled_from(space.ON_INPUT)
+_BIAS = st.sampled_from(space.BIAS)
+
+
+def activations() -> st.SearchStrategy[Activation]:
+    """Every activation vLLM's Triton experts accept, with the parameters each takes (``space``)."""
+    none = st.none()
+    limit = st.sampled_from(space.LIMITS)
+    by_name = {
+        "silu": st.builds(Activation, name=st.just("silu"), limit=st.one_of(none, limit)),
+        "swigluoai_uninterleave": st.builds(
+            Activation,
+            name=st.just("swigluoai_uninterleave"),
+            limit=limit,
+            alpha=st.sampled_from(space.SWIGLU_ALPHAS),
+            beta=st.sampled_from(space.SWIGLU_BETAS),
+        ),
+        "situ": st.builds(
+            Activation,
+            name=st.just("situ"),
+            situ_beta=st.sampled_from(space.SITU_BETAS),
+            situ_linear_beta=st.sampled_from(space.SITU_LINEAR_BETAS),
+        ),
+    }
+    return st.one_of(*(by_name[n] if n in by_name else st.just(Activation(n)) for n in space.ACTIVATIONS))
+
+
+_ACTIVATIONS = activations()
+_DEFAULT_ACTIVATION = Activation()
 
 
 def _fold(raw: int, lo: int, hi: int) -> int:
@@ -192,6 +231,9 @@ def moe_cases(
     kernel_shapes: bool = False,
     max_tokens: int = MAX_TOKENS,
     shared: bool | None = False,
+    activation: bool | None = False,
+    bias: bool | None = False,
+    wide: bool = False,
 ) -> MoECase:
     """A fused-MoE case.
 
@@ -203,6 +245,11 @@ def moe_cases(
     ``kernel_shapes``: experts/hidden/intermediate from ``KERNEL_SHAPES``.
     ``shared``: fused shared-expert rows always, never (the default) or either;
     the region is then the one over ``top_k + shared`` ids and ``experts + shared`` rows.
+    ``activation``: any activation vLLM's Triton experts accept (None; True: never plain silu)
+    or plain silu (False, the default). ``bias``: expert biases always, never (the default)
+    or either; never with grouped wNa16, whose kernels take none. ``wide``: hidden,
+    intermediate and top-k from the census's ranges (``space``) instead of the small
+    multiples of 64 the dispatch tier draws by default.
     """
     if isinstance(placement, Placement):
         placement_value = placement
@@ -210,12 +257,12 @@ def moe_cases(
         placement_value = draw(placement if placement is not None else _PLACEMENTS)
 
     n_shared = draw(_SHARED) if draw(_PRESENT[shared]) else 0
-    top_k = draw(_TOP_K)
+    top_k = draw(_TOP_K_WIDE if wide else _TOP_K)
     if kernel_shapes:
         num_experts, hidden, inter = draw(_KERNEL_SHAPES)
         top_k = min(top_k, num_experts)
     else:
-        hidden, inter = draw(_HIDDEN), draw(_INTER)
+        hidden, inter = (draw(_HIDDEN_WIDE), draw(_INTER_WIDE)) if wide else (draw(_HIDDEN), draw(_INTER))
         # the naive region needs (experts + shared) >= (top_k + shared) * 4
         lo = (top_k + n_shared) * SPARSITY_FACTOR - n_shared if region == "naive" else top_k
         num_experts = draw(_EXPERTS)
@@ -258,7 +305,16 @@ def moe_cases(
     if dtype is None:
         # wNa16 kernels take 16-bit activations only; fp8 models run with 16-bit activations
         dtype = draw(_DTYPES_16 if q is not None else _DTYPES)
-    on_input = top_k == 1 and n_shared == 0 and draw(_BOOL)
+    on_input = top_k == 1 and n_shared == 0 and draw(_ON_INPUT)
+    act = _DEFAULT_ACTIVATION
+    if activation is not False:
+        act = draw(_ACTIVATIONS)
+        if activation is True and act == _DEFAULT_ACTIVATION:
+            act = Activation("gelu")
+    grouped_wna16 = q is not None and q.weight_only and q.group_size > 0
+    with_bias = draw(_PRESENT[bias]) and not grouped_wna16
+    if q is not None and q.scheme == "int4_w4a16":  # two values a byte
+        hidden, inter = hidden + hidden % 2, inter + inter % 2
     return MoECase(
         num_tokens=num_tokens,
         top_k=top_k,
@@ -272,6 +328,8 @@ def moe_cases(
         quant=q,
         apply_router_weight_on_input=on_input,
         shared_experts=n_shared,
+        activation=act,
+        bias=with_bias,
     )
 
 
@@ -324,3 +382,43 @@ def pin_boundaries(predicate: Callable[[MoECase], bool] = lambda c: True, **kwar
         return fn
 
     return deco
+
+
+INDEX_WIDTH_SHAPES: tuple[tuple[int, int, int, int], ...] = (
+    # (experts, hidden, intermediate, top_k): wide w13 rows and a narrow hidden size, so a call at the
+    # kernel's 32-bit boundary holds little real memory (the boundary is in the intermediate cache)
+    (64, 64, 2048, 8),  # 8 ids of 4,096 w13 rows: 65,536 tokens
+    (128, 128, 4096, 8),  # 8,192 rows: 32,768 tokens
+    (256, 64, 1024, 8),  # with a fused shared expert: 9 ids a token
+)
+
+
+@st.composite
+def index_width_cases(
+    draw: Callable[[st.SearchStrategy[Any]], Any], *, expert_map: bool | None = False, shared: bool | None = None
+) -> MoECase:
+    """Cases at the Triton kernel's 32-bit index boundary (``moegate.core.index_width``), on either side.
+
+    The token count is the last whose largest kernel offset fits a signed 32-bit integer, one
+    fewer, or one more; shapes from ``INDEX_WIDTH_SHAPES``, any placement and routing seed.
+    """
+    experts, hidden, inter, top_k = draw(st.sampled_from(INDEX_WIDTH_SHAPES))
+    n_shared = draw(_SHARED) if draw(_PRESENT[shared]) else 0
+    emap = None
+    if draw(_PRESENT[expert_map]):
+        size = draw(_EP_SIZE)
+        emap = ExpertMap(ep_size=size, ep_rank=draw(_EP_RANK) % size)
+    side = draw(st.sampled_from(SIDES))
+    tokens = tokens_at_kernel_boundary(top_k + n_shared, max(2 * inter, hidden), side)
+    return MoECase(
+        num_tokens=tokens,
+        top_k=top_k,
+        num_experts=experts,
+        hidden=hidden,
+        intermediate=inter,
+        dtype="bfloat16",
+        placement=draw(_PLACEMENTS),
+        routing=draw(_ROUTINGS),
+        expert_map=emap,
+        shared_experts=n_shared,
+    )

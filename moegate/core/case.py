@@ -129,6 +129,85 @@ class Quant:
         return self.scheme in WNA16_SCHEMES
 
 
+GATED_ACTIVATIONS: tuple[str, ...] = (
+    "silu",
+    "gelu",
+    "gelu_tanh",
+    "swigluoai",
+    "swigluoai_uninterleave",
+    "swiglustep",
+    "situ",
+)
+"""Gated activations vLLM's Triton fused MoE runs: w13 holds 2N rows, a gate half and an up half."""
+
+UNGATED_ACTIVATIONS: tuple[str, ...] = ("silu_no_mul", "gelu_no_mul", "gelu_tanh_no_mul", "relu2_no_mul")
+"""Activations without the gate product: w13 holds N rows and the activation maps each element alone."""
+
+ACTIVATIONS: tuple[str, ...] = GATED_ACTIVATIONS + UNGATED_ACTIVATIONS
+"""Every activation vLLM 0.33.0's Triton experts accept (``apply_moe_activation``); the census lists them."""
+
+ACTIVATION_PARAMS: tuple[str, ...] = ("limit", "alpha", "beta", "situ_beta", "situ_linear_beta")
+
+PARAMETERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # activation: (parameters it requires, parameters it may take)
+    "silu": ((), ("limit",)),
+    "swigluoai_uninterleave": (("limit",), ("alpha", "beta")),
+    "situ": (("situ_beta",), ("situ_linear_beta",)),
+}
+"""Which activations take parameters, as vLLM's layer config carries them (``swiglu_limit``, ``swiglu_alpha``,
+``swiglu_beta``, ``activation_situ_beta``, ``activation_situ_linear_beta``); every other activation takes none.
+``swigluoai`` and ``swiglustep`` have fixed limits of their own (``moegate.kernels.activations``)."""
+
+
+@dataclass(frozen=True)
+class Activation:
+    """The experts' activation and its parameters (``moegate.kernels.activations`` states the math).
+
+    ``limit``: the SwiGLU clamp limit (silu: optional, swigluoai_uninterleave: required).
+    ``alpha``, ``beta``: swigluoai_uninterleave's sigmoid scale and up offset (vLLM's defaults 1 and 0).
+    ``situ_beta``, ``situ_linear_beta``: SiTU's gate and up soft-clip scales. Only the modular
+    entrypoint can be handed parameters: the legacy ``fused_experts`` takes the activation's name alone.
+    """
+
+    name: str = "silu"
+    limit: float | None = None
+    alpha: float | None = None
+    beta: float | None = None
+    situ_beta: float | None = None
+    situ_linear_beta: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.name!r}; expected one of {ACTIVATIONS}")
+        required, optional = PARAMETERS.get(self.name, ((), ()))
+        given = {p for p in ACTIVATION_PARAMS if getattr(self, p) is not None}
+        missing = [p for p in required if p not in given]
+        extra = sorted(given - set(required) - set(optional))
+        if missing or extra:
+            said = ([f"needs {', '.join(missing)}"] if missing else []) + ([f"takes no {', '.join(extra)}"] if extra else [])
+            raise ValueError(f"activation {self.name}: " + "; ".join(said))
+        if self.limit is not None and not self.limit > 0:
+            raise ValueError(f"activation {self.name}: limit={self.limit} must be > 0")
+
+    @property
+    def gated(self) -> bool:
+        return self.name in GATED_ACTIVATIONS
+
+    @property
+    def parameterised(self) -> bool:
+        """True when the activation carries parameters the legacy entrypoint cannot be handed."""
+        return any(getattr(self, p) is not None for p in ACTIVATION_PARAMS)
+
+    def params(self) -> dict[str, float]:
+        """The parameters given, by field name."""
+        return {p: v for p in ACTIVATION_PARAMS if (v := getattr(self, p)) is not None}
+
+    @property
+    def label(self) -> str:
+        given = ",".join(f"{p}={v:g}" for p, v in self.params().items())
+        return self.name + (f"({given})" if given else "")
+
+
 SHARED_EXPERT_WEIGHT = 1.0
 """Router weight of a fused shared-expert slot: its output is added in full, as the separate shared MLP's was.
 
@@ -212,6 +291,8 @@ class MoECase:
     quant: Quant | None = None
     apply_router_weight_on_input: bool = False
     shared_experts: int = 0  # fused shared-expert rows appended after the routed ones (see the class docstring)
+    activation: Activation = Activation()
+    bias: bool = False  # per-expert biases of both products (w13: [E, w13_rows], w2: [E, K])
 
     def __post_init__(self) -> None:
         problems = []
@@ -232,6 +313,13 @@ class MoECase:
             problems.append(
                 f"apply_router_weight_on_input needs one expert id per token; shared_experts={self.shared_experts} adds more"
             )
+        if self.hidden < 1 or self.intermediate < 1:
+            problems.append(f"hidden={self.hidden} and intermediate={self.intermediate} must be >= 1")
+        if self.quant is not None and self.quant.scheme == "int4_w4a16" and (self.hidden % 2 or self.intermediate % 2):
+            problems.append("int4_w4a16 packs two values a byte: hidden and intermediate must be even")
+        if self.bias and self.quant is not None and self.quant.weight_only and self.quant.group_size > 0:
+            # vLLM's grouped wNa16 kernels take no bias (dispatch_fused_moe_kernel asserts B_bias is None)
+            problems.append(f"bias with grouped {self.quant.scheme}: vLLM's grouped wNa16 kernels take no bias")
         if problems:
             raise ValueError("invalid MoECase: " + "; ".join(problems))
 
@@ -246,6 +334,11 @@ class MoECase:
     def pairs(self) -> int:
         """(token, expert) pairs, shared slots included: the naive path launches one block per pair."""
         return self.num_tokens * self.topk_columns
+
+    @property
+    def w13_rows(self) -> int:
+        """Rows of each expert's w13: gate and up halves (2N) for a gated activation, N otherwise."""
+        return 2 * self.intermediate if self.activation.gated else self.intermediate
 
     @property
     def total_experts(self) -> int:
@@ -290,14 +383,25 @@ class MoECase:
             bits.append(f"ep={self.expert_map.ep_rank}/{self.expert_map.ep_size}")
         if self.quant is not None:
             bits.append(f"quant={self.quant.scheme}/g{self.quant.group_size}")
+        if self.activation != Activation():
+            bits.append(f"activation={self.activation.label}")
+        if self.bias:
+            bits.append("bias")
         return " ".join(bits)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON; ``shared_experts`` appears only when non-zero, so older reproducers stay identical."""
+        """Plain data for JSON; ``shared_experts``, ``activation`` and ``bias`` appear only when not the default,
+        so older reproducers stay identical (and an activation lists only the parameters it has)."""
         d = dataclasses.asdict(self)
         d["routing"]["kind"] = self.routing.kind.value
         if not self.shared_experts:
             del d["shared_experts"]
+        if self.activation == Activation():
+            del d["activation"]
+        else:
+            d["activation"] = {k: v for k, v in d["activation"].items() if v is not None}
+        if not self.bias:
+            del d["bias"]
         return d
 
     def to_json(self) -> str:
@@ -315,6 +419,8 @@ class MoECase:
             d["expert_map"] = ExpertMap(**d["expert_map"])
         if d.get("quant") is not None:
             d["quant"] = Quant(**d["quant"])
+        if "activation" in d:
+            d["activation"] = Activation(**d["activation"])
         return cls(**d)
 
     @classmethod

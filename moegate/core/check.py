@@ -66,20 +66,38 @@ def assert_path(target: Observer, case: MoECase, entrypoint: str) -> str:
 
 
 def _assert_assignment(obs: Any, case: MoECase, entrypoint: str) -> None:
-    """Past the path: the expert count handed to the alignment, and the naive assignment itself.
+    """Past the path: what the alignment is handed, and the naive assignment itself.
 
     Sorted: every ``moe_align_block_size`` call gets the count the entrypoint must
-    count by (global with an expert map, else ``w1.shape[0]``). Naive: the kernel
-    gets one block per (token, expert) pair: ``expert_ids`` is the flattened
-    ``topk_ids`` and ``num_tokens_post_padded`` is ``[pairs * BLOCK_SIZE_M]``.
+    count by (global with an expert map, else ``w1.shape[0]``, fused shared rows
+    included either way), the case's expert map (shared rows local), every id of the
+    call (``tokens * (top_k + shared)``: the call is not cut into chunks) and the block
+    size of the kernel config the launches get (the kernel walks the alignment's
+    blocks). Naive: the kernel gets one block per (token, expert) pair:
+    ``expert_ids`` is the flattened ``topk_ids`` and ``num_tokens_post_padded`` is
+    ``[pairs * BLOCK_SIZE_M]``.
     """
     problems = []
     want_count = experts_counted(case, entrypoint)
     for n in getattr(obs, "align_num_experts", []):
         if n != want_count:
             problems.append(f"moe_align_block_size got num_experts={n}, spec counts {want_count}")
-    flat = [e for row in case.topk_ids() for e in row]
-    for ids, ntpp, block_m in getattr(obs, "naive_assignments", []):
+    for n in getattr(obs, "align_id_counts", []):
+        if n != case.pairs:
+            problems.append(f"moe_align_block_size got {n} ids, the call has {case.pairs} (tokens * ids per token)")
+    launch_blocks = {launch.block_m for launch in getattr(obs, "launches", []) if getattr(launch, "block_m", 0)}
+    for b in getattr(obs, "align_block_sizes", []):
+        if launch_blocks and launch_blocks != {b}:
+            problems.append(f"moe_align_block_size got block size {b}, the kernel launches BLOCK_SIZE_M {launch_blocks}")
+    want_map = case.expert_map_list()
+    for got in getattr(obs, "align_expert_maps", []):
+        if got is not None and got != want_map:
+            problems.append(f"moe_align_block_size got expert map {got[:16]}..., the case's is {(want_map or [])[:16]}...")
+        if got is None and want_map is not None and not getattr(obs, "completed", False):
+            problems.append("moe_align_block_size got no expert map, the case has one")
+    naive = getattr(obs, "naive_assignments", [])
+    flat = [e for row in case.topk_ids() for e in row] if naive else []
+    for ids, ntpp, block_m in naive:
         if ids != flat:
             problems.append(f"naive expert_ids {ids[:16]} != flattened topk_ids {flat[:16]}")
         if ntpp != [case.pairs * block_m]:

@@ -49,6 +49,9 @@ def reference_for(case: MoECase, t: CaseTensors) -> Reference:
         quant=case.quant,
         w1_scale=t.w1_scale,
         w2_scale=t.w2_scale,
+        activation=case.activation,
+        w1_bias=t.w1_bias,
+        w2_bias=t.w2_bias,
     )
 
 
@@ -118,8 +121,11 @@ def _judged(case: MoECase, entrypoint: str, t: CaseTensors, obs: Any) -> KernelR
             obs.quantized,
             expert_map=t.expert_map,
             apply_router_weight_on_input=case.apply_router_weight_on_input,
+            activation=case.activation,
+            w1_bias=t.w1_bias,
+            w2_bias=t.w2_bias,
         )
     else:
-        closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant)
+        closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant, case.activation)
     sample = sample_of(case, entrypoint, t, obs.output)
     return KernelResult(case, entrypoint, obs.path, obs.output, closeness, sample)

@@ -15,6 +15,11 @@ dtype. That halves what a bank holds once a run has met every key (docs/kernels.
 "How many workers"), which is what bounds how many benchmark workers share one GPU
 and one host.
 
+Expert biases (cases with ``bias``) are drawn once per shape like the weights and
+stay on the device, as vLLM keeps them (the UVA offloader moves the expert weights).
+A clamp-limited activation scales the hidden states by
+``moegate.kernels.activations.input_gain`` so its clamps bind, and the biases with them.
+
 No vLLM import: the host view comes from the caller (``VllmTarget.host_view``).
 """
 
@@ -28,13 +33,14 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from moegate.core.case import MoECase, Quant
-from moegate.core.tensors import CaseTensors, routing_tensors, scale_shapes, torch_dtype, weight_shapes
+from moegate.core.tensors import CaseTensors, bias_shapes, routing_tensors, scale_shapes, torch_dtype, weight_shapes
+from moegate.kernels.activations import input_gain
 from moegate.vllm.names import UVA_MARKER  # a leaf of names: this module imports no vLLM
 
 # standard deviation of (stored value - zero point) for uniformly drawn storage
 _Q_STD = {("int8_w8a16", False): 73.6, ("int8_w8a16", True): 73.9, ("int4_w4a16", True): 4.61}
 
-WeightKey = tuple[int, int, int, str, Quant | None]
+WeightKey = tuple[int, int, int, str, Quant | None, bool]
 StoredKey = tuple[object, ...]
 
 
@@ -66,15 +72,17 @@ class WeightSet:
 
 
 def _key(case: MoECase) -> WeightKey:
-    return (case.num_experts, case.hidden, case.intermediate, case.dtype, case.quant)
+    """What a key's weights depend on; an ungated activation's w13 has half the rows (the last field)."""
+    return (case.num_experts, case.hidden, case.intermediate, case.dtype, case.quant, case.activation.gated)
 
 
 def _stored_key(case: MoECase) -> StoredKey:
     """What the stored numbers depend on (the module docstring says why the rest is shared)."""
     q = case.quant
     if q is None:
-        return _key(case)  # unquantized: the key, so the numbers are the ones this key always had
-    shape = (case.num_experts, case.hidden, case.intermediate, q.scheme)
+        # unquantized: the key, so the numbers are the ones this key always had (gated keys as before)
+        return _key(case)[:5] if case.activation.gated else _key(case)
+    shape = (case.num_experts, case.hidden, case.intermediate, q.scheme) + (() if case.activation.gated else ("ungated",))
     if not q.weight_only:  # fp8: quantized with the scale granularity, whatever the activation dtype
         return (*shape, max(q.group_size, 0))
     return (*shape, "grouped" if q.group_size > 0 else "per-channel")  # unsigned with a zero point, or signed
@@ -171,6 +179,7 @@ class WeightBank:
         self.host_view = host_view
         self._stored: dict[StoredKey, Stored] = {}
         self._sets: dict[WeightKey, WeightSet] = {}
+        self._biases: dict[tuple[object, ...], tuple[torch.Tensor, torch.Tensor]] = {}
         self.device_bytes = 0
         self.host_bytes = 0
 
@@ -190,6 +199,27 @@ class WeightBank:
                 # the benchmark runs several processes on one GPU
                 torch.cuda.empty_cache()
         return self._sets[key]
+
+    def biases(self, case: MoECase) -> tuple[torch.Tensor, torch.Tensor]:
+        """Global w13 and w2 biases for the case's shape, in its dtype, scaled like the products they join.
+
+        The first product's output is about ``gain`` in size (the input gain times unit-scale
+        weights), the second's about ``gain**2`` (a gated activation multiplies two such
+        values): each bias is drawn at that size, so a dropped or misplaced bias moves the
+        output by about as much as an expert does.
+        """
+        shapes = bias_shapes(replace(case, expert_map=None))
+        assert shapes is not None, "the case has no biases"
+        gain = input_gain(case.activation)
+        key = (*shapes, case.dtype, gain)
+        if key not in self._biases:
+            gen = torch.Generator(device=self.device).manual_seed(_seed(("bias", *key)))
+            dtype = torch_dtype(case.dtype)
+            b1 = torch.randn(shapes[0], generator=gen, device=self.device).mul_(gain).to(dtype)
+            b2 = torch.randn(shapes[1], generator=gen, device=self.device).mul_(gain * gain).to(dtype)
+            self._biases[key] = (b1, b2)
+            self.device_bytes += _nbytes(b1) + _nbytes(b2)
+        return self._biases[key]
 
     def _host(self, stored: Stored, index: int) -> torch.Tensor:
         """The pinned UVA view of w1 (0) or w2 (1), made the first time a case puts that weight on the host."""
@@ -220,8 +250,14 @@ class WeightBank:
 
         dtype = torch_dtype(case.dtype)
         gen = torch.Generator(device=self.device).manual_seed(case.routing.seed if seed is None else seed)
-        hidden = torch.randn((case.num_tokens, case.hidden), generator=gen, device=self.device).to(dtype)
+        hidden = torch.randn((case.num_tokens, case.hidden), generator=gen, device=self.device)
+        gain = input_gain(case.activation)
+        hidden = (hidden.mul_(gain) if gain != 1.0 else hidden).to(dtype)
         topk_weights, topk_ids = routing_tensors(case, self.device)
+        b1 = b2 = None
+        if case.bias:
+            g1, g2 = self.biases(case)
+            b1, b2 = local(g1), local(g2)
         emap = None
         if case.expert_map is not None:
             emap = torch.tensor(case.expert_map.as_list(case.num_experts), dtype=torch.int32, device=self.device)
@@ -234,6 +270,8 @@ class WeightBank:
             emap,
             local(ws.w1_scale),
             local(ws.w2_scale),
+            b1,
+            b2,
         )
         return t, w1, w2
 

@@ -3,12 +3,17 @@
 Written from the layer's definition, not from vLLM's code: for each token and
 each of its routed experts ``e`` with router weight ``w``,
 
-    y_e = (silu(x @ w1[e, :N].T) * (x @ w1[e, N:].T)) @ w2[e].T
+    h   = x @ w1[e].T + b1[e]
+    y_e = act(h) @ w2[e].T + b2[e]
     out = sum over routed experts of w * y_e
 
-(with ``apply_router_weight_on_input``, ``x`` is scaled by ``w`` before the first
-product and ``y_e`` is not scaled after). Everything is computed in float32 from
-the same rounded inputs the kernel gets. With an expert map, global ids map to
+where ``act`` is the case's activation (``moegate.kernels.activations``: silu of the
+gate half times the up half by default, clamp-limited SwiGLU forms, GELU, SiTU, and
+the ungated forms whose w13 has N rows) and ``b1``, ``b2`` the experts' biases when the
+case has them (zero otherwise). With ``apply_router_weight_on_input`` the weight
+scales ``h`` instead (the kernel multiplies the first product's accumulator, bias
+included, by it) and ``y_e`` is not scaled after. Everything is computed in float32
+from the same rounded inputs the kernel gets. With an expert map, global ids map to
 local ones and experts owned by another rank (``-1``) contribute zero.
 
 Fused shared experts need nothing of their own: a shared expert is one more
@@ -45,6 +50,15 @@ float32 (Triton's ``tl.dot`` takes float32 operands as TF32, 10 explicit bits).
 in the compute dtype), 4 for float32 (TF32 rounds x, w13, the activation and
 w2), and 8 for wNa16 weights. The factor 2 covers the maximum over thousands of
 output elements of errors that are sums of random roundings (a few sigma).
+
+Biases change nothing in the rule: the kernel adds them in float32 to the
+accumulator before that accumulator's one rounding (1) or (3), so a biased value
+is rounded once like any other, and ``A`` is taken over the biased contributions.
+Activations other than silu change the rule only through their sensitivity: a
+clamp never amplifies the rounding of its input, GELU and SiTU no more than silu;
+``relu2`` and the SwiGLU-OAI forms count one more rounding
+(``moegate.kernels.activations.SENSITIVITY`` says why), so for them
+``C = 2 * (5 + r_in)``.
 
 fp8_w8a8 (``compare_fp8``)
 --------------------------
@@ -91,10 +105,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from moegate.core.case import Quant
+from moegate.core.case import Activation, Quant
+from moegate.kernels import activations
 from moegate.kernels.quant import dequantize, dequantize_activation, quantize_activation
+
+DEFAULT_ACTIVATION = Activation()
+"""Plain silu (gate half times up half), no parameters: what a case without an activation runs."""
 
 ROUNDINGS = 4
 """Roundings of intermediate values to the compute dtype between input and output."""
@@ -137,6 +154,10 @@ def _expert_weights(
     )
 
 
+def _bias(b: torch.Tensor | None, e: int) -> torch.Tensor | float:
+    return 0.0 if b is None else b[e].float()
+
+
 def _reference_fp8(
     hidden_states: torch.Tensor,
     w1: torch.Tensor,
@@ -147,6 +168,9 @@ def _reference_fp8(
     quant: Quant,
     w1_scale: torch.Tensor,
     w2_scale: torch.Tensor,
+    activation: Activation,
+    w1_bias: torch.Tensor | None,
+    w2_bias: torch.Tensor | None,
 ) -> Reference:
     """fp8_w8a8: both activations quantized as the module docstring says, in two passes.
 
@@ -166,18 +190,18 @@ def _reference_fp8(
     for e in experts:
         tok, slot = (ids == e).nonzero(as_tuple=True)
         w1e, _ = _expert_weights(e, w1, w2, quant, w1_scale, w2_scale)
-        h = xq[tok] @ w1e.T
+        h = xq[tok] @ w1e.T + _bias(w1_bias, e)
         if apply_router_weight_on_input:
             h = h * weights[tok, slot].unsqueeze(1)
         h = h.to(cdtype).float()  # the kernel stores the first product in the compute dtype
-        act[tok, slot] = (F.silu(h[:, :n]) * h[:, n:]).to(cdtype).float()
+        act[tok, slot] = activations.apply(h, activation).to(cdtype).float()
     aq = quantize_activation(act.reshape(m * top_k, n), quant).reshape(m, top_k, n)
     out = torch.zeros((m, k), dtype=torch.float32, device=xq.device)
     mag = torch.zeros_like(out)
     for e in experts:
         tok, slot = (ids == e).nonzero(as_tuple=True)
         _, w2e = _expert_weights(e, w1, w2, quant, w1_scale, w2_scale)
-        y = aq[tok, slot] @ w2e.T
+        y = aq[tok, slot] @ w2e.T + _bias(w2_bias, e)
         if not apply_router_weight_on_input:
             y = y * weights[tok, slot].unsqueeze(1)
         out.index_add_(0, tok, y)
@@ -223,6 +247,9 @@ def reference_moe(
     quant: Quant | None = None,
     w1_scale: torch.Tensor | None = None,
     w2_scale: torch.Tensor | None = None,
+    activation: Activation = DEFAULT_ACTIVATION,
+    w1_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> Reference:
     """The fused-MoE output in float32, looping over the routed local experts.
 
@@ -236,18 +263,29 @@ def reference_moe(
     if quant is not None and not quant.weight_only:
         assert w1_scale is not None and w2_scale is not None, "fp8 weights need their scales"
         return _reference_fp8(
-            hidden_states, w1, w2, weights, ids, apply_router_weight_on_input, quant, w1_scale, w2_scale
+            hidden_states,
+            w1,
+            w2,
+            weights,
+            ids,
+            apply_router_weight_on_input,
+            quant,
+            w1_scale,
+            w2_scale,
+            activation,
+            w1_bias,
+            w2_bias,
         )
     out = torch.zeros((m, k), dtype=torch.float32, device=x.device)
     mag = torch.zeros_like(out)
     for e in torch.unique(ids[ids >= 0]).tolist():
         tok, slot = (ids == e).nonzero(as_tuple=True)
         w1e, w2e = _expert_weights(e, w1, w2, quant, w1_scale, w2_scale)
-        n = w1e.shape[0] // 2
         route = weights[tok, slot].unsqueeze(1)
-        xin = x[tok] * route if apply_router_weight_on_input else x[tok]
-        h = xin @ w1e.T
-        y = (F.silu(h[:, :n]) * h[:, n:]) @ w2e.T
+        h = x[tok] @ w1e.T + _bias(w1_bias, e)
+        if apply_router_weight_on_input:
+            h = h * route
+        y = activations.apply(h, activation) @ w2e.T + _bias(w2_bias, e)
         if not apply_router_weight_on_input:
             y = y * route
         out.index_add_(0, tok, y)
@@ -255,23 +293,27 @@ def reference_moe(
     return Reference(out, mag)
 
 
-def rounding_count(dtype: torch.dtype, quant: Quant | None = None) -> int:
-    """C in the tolerance rule: ``SPREAD * (ROUNDINGS + r_in)``."""
+def rounding_count(
+    dtype: torch.dtype, quant: Quant | None = None, activation: Activation = DEFAULT_ACTIVATION
+) -> int:
+    """C in the tolerance rule: ``SPREAD * (ROUNDINGS + activation's extra roundings + r_in)``."""
     if quant is not None:
         r_in = OPERAND_ROUNDINGS["wNa16" if quant.weight_only else "fp8"]
     elif dtype == torch.float32:
         r_in = OPERAND_ROUNDINGS["float32"]
     else:
         r_in = OPERAND_ROUNDINGS["16-bit"]
-    return SPREAD * (ROUNDINGS + r_in)
+    return SPREAD * (ROUNDINGS + activations.SENSITIVITY.get(activation.name, 0) + r_in)
 
 
-def tolerance(ref: Reference, dtype: torch.dtype, quant: Quant | None = None) -> torch.Tensor:
+def tolerance(
+    ref: Reference, dtype: torch.dtype, quant: Quant | None = None, activation: Activation = DEFAULT_ACTIVATION
+) -> torch.Tensor:
     """Elementwise bound ``C * u * (A + rms(A))`` from the module docstring."""
     u = UNIT_ROUNDOFF[dtype]
     a = ref.magnitude
     rms = a.pow(2).mean(dim=-1, keepdim=True).sqrt()  # per token: the second product mixes within a row
-    return rounding_count(dtype, quant) * u * (a + rms)
+    return rounding_count(dtype, quant, activation) * u * (a + rms)
 
 
 @dataclass
@@ -294,10 +336,16 @@ class Closeness:
         return text
 
 
-def compare(output: torch.Tensor, ref: Reference, dtype: torch.dtype, quant: Quant | None = None) -> Closeness:
+def compare(
+    output: torch.Tensor,
+    ref: Reference,
+    dtype: torch.dtype,
+    quant: Quant | None = None,
+    activation: Activation = DEFAULT_ACTIVATION,
+) -> Closeness:
     """Compare a kernel output with the reference under the tolerance rule."""
     err = (output.float() - ref.output).abs()
-    tol = tolerance(ref, dtype, quant)
+    tol = tolerance(ref, dtype, quant, activation)
     ratio = (err / tol.clamp_min(torch.finfo(torch.float32).tiny)).max().item() if err.numel() else 0.0
     finite = bool(torch.isfinite(output.float()).all())
     peak = ref.output.abs().max().item() if err.numel() else 0.0
@@ -338,6 +386,9 @@ def compare_fp8(
     *,
     expert_map: torch.Tensor | None = None,
     apply_router_weight_on_input: bool = False,
+    activation: Activation = DEFAULT_ACTIVATION,
+    w1_bias: torch.Tensor | None = None,
+    w2_bias: torch.Tensor | None = None,
 ) -> Closeness:
     """The three-stage fp8 check of the module docstring; ``quantized`` is [(input q, s), (activation q, s)]."""
     if len(quantized) < 2:
@@ -349,7 +400,7 @@ def compare_fp8(
     top_k = topk_ids.shape[1]
     n = w2.shape[2]
     u = UNIT_ROUNDOFF[FP8_COMPUTE_DTYPE]
-    c = SPREAD * (ROUNDINGS + OPERAND_ROUNDINGS["fp8"])
+    c = SPREAD * (ROUNDINGS + activations.SENSITIVITY.get(activation.name, 0) + OPERAND_ROUNDINGS["fp8"])
     ids = check_ids(topk_ids, w1.shape[0], expert_map)
     weights = topk_weights.float()
 
@@ -365,10 +416,10 @@ def compare_fp8(
     for e in experts:
         tok, slot = (ids == e).nonzero(as_tuple=True)
         w1e = dequantize(w1[e : e + 1], w1_scale[e : e + 1], quant)[0]
-        h = xk[tok] @ w1e.T
+        h = xk[tok] @ w1e.T + _bias(w1_bias, e)
         if apply_router_weight_on_input:
             h = h * weights[tok, slot].unsqueeze(1)
-        act_ref[tok, slot] = F.silu(h[:, :n]) * h[:, n:]
+        act_ref[tok, slot] = activations.apply(h, activation)
     mid, mid_s = dequantize_activation(q_mid.reshape(m * top_k, n), s_mid, g)
     mid, mid_s = mid.reshape(m, top_k, n), mid_s.reshape(m, top_k, n)
     valid = ids >= 0  # remote pairs: never written (legacy) or zero (modular); not the kernel's output
@@ -383,7 +434,7 @@ def compare_fp8(
     for e in experts:
         tok, slot = (ids == e).nonzero(as_tuple=True)
         w2e = dequantize(w2[e : e + 1], w2_scale[e : e + 1], quant)[0]
-        y = mid[tok, slot] @ w2e.T
+        y = mid[tok, slot] @ w2e.T + _bias(w2_bias, e)
         if not apply_router_weight_on_input:
             y = y * weights[tok, slot].unsqueeze(1)
         out.index_add_(0, tok, y)

@@ -44,7 +44,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from moegate.core.case import MoECase
+from moegate.core.case import Activation, MoECase
+from moegate.core.tensors import VECTOR_ROUTING_TOKENS
 from moegate.core.tensors import CaseTensors, torch_dtype
 from moegate.kernels.reference import UNIT_ROUNDOFF, check_ids, dequantize
 from moegate.kernels.student_t import t_critical
@@ -70,7 +71,15 @@ TF32_DROPPED_BITS = 13
 
 
 def family(case: MoECase) -> str | None:
-    """The dtype family a case pools with, or None where the check does not apply (fp8_w8a8)."""
+    """The dtype family a case pools with, or None where the check does not apply.
+
+    It does not apply to fp8_w8a8, nor to an activation other than plain silu or to expert biases: the
+    variance model below is silu's, without biases; such calls are judged call by call (``compare``).
+    Nor to the index-width calls (hundreds of thousands of tokens): the aggregate pools decode-sized
+    calls, and one such call's moments would hold gigabytes.
+    """
+    if case.activation != Activation() or case.bias or case.num_tokens > VECTOR_ROUTING_TOKENS:
+        return None
     if case.quant is None:
         return case.dtype
     if case.quant.weight_only:

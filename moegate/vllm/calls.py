@@ -38,14 +38,17 @@ class EntrypointCalls:
         return [g, g] if g > 0 else None
 
     def quant_config(self, case: MoECase, t: CaseTensors) -> Any:
+        """The quantization config vLLM's MoE methods pass; it carries the experts' biases too."""
         cfg = importlib.import_module(names.FUSED_MOE_CONFIG)
+        biases = {"w1_bias": t.w1_bias, "w2_bias": t.w2_bias} if case.bias else {}
         if case.quant is None:
-            return cfg.FUSED_MOE_UNQUANTIZED_CONFIG
+            # an unquantized layer with biases (gpt-oss) passes them in a config of their own
+            return getattr(cfg, names.BIASED_QUANT_CONFIG)(**biases) if biases else cfg.FUSED_MOE_UNQUANTIZED_CONFIG
         if not case.quant.weight_only:
             # dynamic activation scales (a1/a2 None): what vLLM's fp8 MoE method passes for
             # checkpoints without static activation scales
             return cfg.fp8_w8a8_moe_quant_config(
-                w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=self.block_shape(case)
+                w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=self.block_shape(case), **biases
             )
         g = case.quant.group_size
         if g > 0 or not self.finish:
@@ -57,10 +60,24 @@ class EntrypointCalls:
             # BLOCK_SIZE_K = min(BLOCK_SIZE_K, *block_shape), so it executes only block_shape=None
             block_shape = None
         make = cfg.int8_w8a16_moe_quant_config if case.quant.scheme == "int8_w8a16" else cfg.int4_w4a16_moe_quant_config
-        return make(w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=block_shape)
+        return make(w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=block_shape, **biases)
+
+    def activation(self, case: MoECase) -> Any:
+        """vLLM's activation enum member for the case (its name; the parameters travel in the layer config)."""
+        return self._activation(case.activation.name)
+
+    def _activation(self, name: str) -> Any:
+        return self.fm.MoEActivation.from_str(name) if hasattr(self.fm, "MoEActivation") else name
 
     def legacy(self, case: MoECase, t: CaseTensors, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-        activation = self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu"
+        """``fused_experts`` as vLLM's MoE methods call it.
+
+        It takes the activation's name only: vLLM's legacy entrypoint has no way to be handed
+        a clamp limit or SiTU's betas, so a parameterised activation reaches it as its plain
+        form (the decision, made before the activation runs, is checked all the same; the
+        kernel tier draws parameterised activations at the modular entrypoint only).
+        """
+        activation = self.activation(case)
         return self.fm.fused_experts(
             t.hidden_states,
             w1,
@@ -80,10 +97,26 @@ class EntrypointCalls:
         With fused shared experts vLLM's layer keeps the routed counts in the config
         (``num_experts``, ``experts_per_token``) and counts the shared rows only among
         the local experts; so does this.
+
+        An ungated activation (``*_no_mul``) is in the config only where the call runs to the
+        end: vLLM refuses to build such a config on a platform other than CUDA, ROCm or XPU
+        (its own check), so a decision-only call on a CPU builds it gated and hands the
+        ungated activation to ``apply``, which sizes the buffers from it; the decision reads
+        neither.
         """
         cfgmod = importlib.import_module(names.FUSED_MOE_CONFIG)
-        key = (case.num_experts, case.local_experts, case.top_k, case.hidden, case.intermediate, case.dtype, case.quant)
-        if case.quant is None and key in self._experts_cache:
+        key = (
+            case.num_experts,
+            case.local_experts,
+            case.top_k,
+            case.hidden,
+            case.intermediate,
+            case.dtype,
+            case.quant,
+            case.activation,
+        )
+        cacheable = case.quant is None and not case.bias  # a bias tensor is the case's own
+        if cacheable and key in self._experts_cache:
             return self._experts_cache[key]
         fields = {f for f in cfgmod.FusedMoEConfig.__dataclass_fields__}
         kwargs: dict[str, Any] = {
@@ -92,7 +125,7 @@ class EntrypointCalls:
             "hidden_dim": case.hidden,
             "num_local_experts": case.local_experts,
             "moe_parallel_config": cfgmod.FusedMoEParallelConfig.make_no_parallel(),
-            "activation": self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu",
+            "activation": self.activation(case) if case.activation.gated or self.finish else self._activation("silu"),
             "in_dtype": torch_dtype(case.dtype),
             "device": self.device,
             "routing_method": cfgmod.RoutingMethodType.TopK,
@@ -104,11 +137,25 @@ class EntrypointCalls:
             kwargs["num_logical_experts"] = case.num_experts
         if "max_num_tokens" in fields:
             kwargs["max_num_tokens"] = 512
+        if "has_bias" in fields:
+            kwargs["has_bias"] = case.bias
+        act = case.activation
+        for field, given in (
+            ("swiglu_limit", act.limit),
+            ("swiglu_alpha", act.alpha),
+            ("swiglu_beta", act.beta),
+            ("activation_situ_beta", act.situ_beta),
+            ("activation_situ_linear_beta", act.situ_linear_beta),
+        ):
+            if given is not None:
+                if field not in fields:
+                    raise TypeError(f"this vLLM's FusedMoEConfig has no {field}: it cannot run {act.label}")
+                kwargs[field] = given
         moe_config = cfgmod.FusedMoEConfig(**kwargs)
         wna16 = case.quant is not None and case.quant.weight_only
         cls = getattr(self.tm, names.TRITON_WNA16_EXPERTS if wna16 else names.TRITON_EXPERTS)
         experts = cls(moe_config, self.quant_config(case, t))
-        if case.quant is None:
+        if cacheable:
             self._experts_cache[key] = experts
         return experts
 
@@ -123,8 +170,8 @@ class EntrypointCalls:
         must be in the count for their ids to be valid to the alignment.
         """
         experts = self.experts(case, t)
-        activation = self.fm.MoEActivation.SILU if hasattr(self.fm, "MoEActivation") else "silu"
-        m, k, n = case.num_tokens, case.hidden, 2 * case.intermediate  # N is w1.shape[1]
+        activation = self.activation(case)
+        m, k, n = case.num_tokens, case.hidden, case.w13_rows  # N is w1.shape[1]
         ws13_shape, ws2_shape, out_shape = experts.workspace_shapes(
             m, n, k, case.topk_columns, case.total_experts, case.local_experts, None, activation
         )

@@ -33,6 +33,7 @@ def package_file(module: str) -> str:
 WEIGHTS_HOST_RESIDENT = "_weights_host_resident"  # residency: either weight carries UVA_MARKER
 PREPARE_EXPERT_ASSIGNMENT = "_prepare_expert_assignment"  # the naive/sorted decision
 MOE_ALIGN_BLOCK_SIZE = "moe_align_block_size"  # called on the sorted path only
+BATCHED_ALIGN_BLOCK_SIZE = "batched_moe_align_block_size"  # the batched (expert-major) format's alignment
 FUSED_EXPERTS = "fused_experts"  # the legacy entrypoint
 FUSED_EXPERTS_IMPL = "fused_experts_impl"  # what it calls; it calls the decision
 TRITON_EXPERTS = "TritonExperts"  # the modular entrypoint's class (``apply``)
@@ -42,6 +43,7 @@ NUM_ALIGN_EXPERTS = "num_align_experts"  # in TritonExperts.apply: the expert co
 QUANTIZE_INPUT = "moe_kernel_quantize_input"
 SILU_AND_MUL_PER_BLOCK_QUANT = "silu_and_mul_per_block_quant"  # in vllm._custom_ops
 WNA16_BLOCK_CONFIG = "get_moe_wna16_block_config"  # in FUSED_MOE: the wNa16 kernels' block sizes
+BIASED_QUANT_CONFIG = "biased_moe_quant_config"  # in FUSED_MOE_CONFIG: an unquantized layer's biases
 INVOKE_TRITON_KERNEL = "invoke_fused_moe_triton_kernel"  # in FUSED_MOE: the Triton kernel's launcher
 TRITON_KERNEL = "fused_moe_kernel"  # in FUSED_MOE: the @triton.jit kernel itself
 DISPATCH_KERNEL = "dispatch_fused_moe_kernel"  # in FUSED_MOE: the legacy entrypoint's launcher

@@ -38,6 +38,7 @@ class Launch:
     rows: int  # rows of the launch's input (tokens for the w13 product, tokens*top_k for w2)
     top_k: int  # top_k as passed to the launcher (1 for the w2 product)
     experts: int  # leading dimension of the expert weight (local experts)
+    block_m: int = 0  # BLOCK_SIZE_M of the kernel config the launch was given
 
 
 @dataclass
@@ -48,6 +49,9 @@ class Observation:
     align_calls: int = 0
     launches: list[Launch] = field(default_factory=list)
     align_num_experts: list[int] = field(default_factory=list)  # the expert count each alignment was given
+    align_block_sizes: list[int] = field(default_factory=list)  # the block size each alignment was given
+    align_expert_maps: list[list[int] | None] = field(default_factory=list)  # the expert map each was given
+    align_id_counts: list[int] = field(default_factory=list)  # topk_ids.numel() each was given
     # decision-only calls, per naive launch: (expert_ids, num_tokens_post_padded, BLOCK_SIZE_M) as received
     naive_assignments: list[tuple[list[int], list[int], int]] = field(default_factory=list)
     completed: bool = False
@@ -132,6 +136,7 @@ class Recorders:
         self.finish = False
         self.in_launch = False
         self.trace: list[Launch] | None = None  # set by VllmTarget.trace(): every launch, any caller
+        self.stop_at_align = False  # site probes: stop a decision-only call at its alignment
 
     # --- installing and removing -------------------------------------------------
 
@@ -154,12 +159,16 @@ class Recorders:
         real_align = getattr(fm, names.MOE_ALIGN_BLOCK_SIZE)
         for mod in (fm, tm):
             if hasattr(mod, names.MOE_ALIGN_BLOCK_SIZE):
-                self._patch(mod, names.MOE_ALIGN_BLOCK_SIZE, self._align_recorder(real_align))
+                recorder = self._align_recorder(real_align)
+                recorder.__moegate_recorder__ = True  # type: ignore[attr-defined]
+                self._patch(mod, names.MOE_ALIGN_BLOCK_SIZE, recorder)
             if hasattr(mod, names.QUANTIZE_INPUT):
                 self._patch(mod, names.QUANTIZE_INPUT, self._quantize_stand_in(getattr(mod, names.QUANTIZE_INPUT)))
             for name in names.LAUNCHERS:
                 if hasattr(mod, name):
-                    self._patch(mod, name, self._launch_recorder(getattr(mod, name)))
+                    launcher = self._launch_recorder(getattr(mod, name))
+                    launcher.__moegate_recorder__ = True  # type: ignore[attr-defined]
+                    self._patch(mod, name, launcher)
         ops = getattr(tm, "ops", None)  # vllm._custom_ops, as the modular experts see it
         if ops is not None and hasattr(ops, names.SILU_AND_MUL_PER_BLOCK_QUANT):
             # fp8 128x128 blocks at the modular entrypoint: activation and quantization fused in one op
@@ -169,6 +178,31 @@ class Recorders:
     def _patch(self, mod: Any, name: str, value: Any) -> None:
         self.patches.append((mod, name, getattr(mod, name)))
         setattr(mod, name, value)
+
+    def patch(self, mod: Any, name: str, value: Any) -> None:
+        """Replace ``mod.name`` until the last target closes (``restore``)."""
+        self._patch(mod, name, value)
+
+    def align_recorder(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        return self._align_recorder(real)
+
+    def launch_recorder(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        return self._launch_recorder(real)
+
+    def batched_align_recorder(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        """The batched format's alignment (per-expert token counts, no ids): counted, stopped like the other."""
+        sig = inspect.signature(real)
+
+        def batched_moe_align_block_size(*args: Any, **kwargs: Any) -> Any:
+            if self.record is not None:
+                bound = sig.bind_partial(*args, **kwargs)
+                self.record.align_calls += 1
+                self.record.align_block_sizes.append(_as_int(bound.arguments.get("block_size")))
+                if self.stop_at_align and not self.finish:
+                    raise KernelReached
+            return real(*args, **kwargs)
+
+        return batched_moe_align_block_size
 
     def restore(self) -> None:
         """Put every replaced vLLM function back, last replaced first."""
@@ -181,8 +215,17 @@ class Recorders:
     def _align_recorder(self, real: Callable[..., Any]) -> Callable[..., Any]:
         def moe_align_block_size(topk_ids: torch.Tensor, block_size: int, num_experts: int, *a: Any, **kw: Any) -> Any:
             if self.record is not None:
-                self.record.align_calls += 1
-                self.record.align_num_experts.append(int(num_experts))
+                rec = self.record
+                rec.align_calls += 1
+                rec.align_num_experts.append(int(num_experts))
+                rec.align_block_sizes.append(int(block_size))
+                rec.align_id_counts.append(int(topk_ids.numel()))
+                emap = a[0] if a else kw.get("expert_map")
+                # read back only when the call stops at the kernel (no CUDA-graph capture then)
+                keep = emap is not None and not self.finish
+                rec.align_expert_maps.append([int(x) for x in emap.tolist()] if keep else None)
+                if self.stop_at_align and not self.finish:
+                    raise KernelReached
             if self.finish:
                 return real(topk_ids, block_size, num_experts, *a, **kw)
             # decision-only: shaped stand-ins; the launch recorder stops the call before use
@@ -252,6 +295,7 @@ class Recorders:
                     rows=int(a.shape[0]) if a is not None else -1,
                     top_k=_as_int(bound.arguments.get("top_k", -1)),
                     experts=int(b.shape[0]) if b is not None else -1,
+                    block_m=_as_int((bound.arguments.get("config") or {}).get("BLOCK_SIZE_M", 0)),
                 )
                 if self.trace is not None:
                     self.trace.append(record)

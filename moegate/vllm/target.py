@@ -223,6 +223,50 @@ class VllmTarget:
             RECORDERS.record = None
         return obs
 
+    # --- other dispatch sites (moegate.vllm.site_probes) -----------------------------
+
+    def instrument(self, module: Any) -> None:
+        """Put the recorders in ``module`` too: a dispatch site that imported the aligner or a launcher by name.
+
+        On a CPU the module's ``triton.language`` placeholder is replaced as in the entrypoints' modules.
+        """
+        tl = getattr(module, "tl", None)
+        if not self.cuda and tl is not None and type(tl).__name__.endswith("Placeholder"):
+            RECORDERS.patch(module, "tl", getattr(self.fm, "tl"))
+        for name in (names.MOE_ALIGN_BLOCK_SIZE, names.BATCHED_ALIGN_BLOCK_SIZE, *names.LAUNCHERS):
+            current = getattr(module, name, None)
+            if current is None or getattr(current, "__moegate_recorder__", False):
+                continue
+            if name == names.MOE_ALIGN_BLOCK_SIZE:
+                wrapped = RECORDERS.align_recorder(current)
+            elif name == names.BATCHED_ALIGN_BLOCK_SIZE:
+                wrapped = RECORDERS.batched_align_recorder(current)
+            else:
+                wrapped = RECORDERS.launch_recorder(current)
+            wrapped.__moegate_recorder__ = True  # type: ignore[attr-defined]
+            RECORDERS.patch(module, name, wrapped)
+
+    def observe(self, call: Callable[[], Any], *, stop_at_align: bool = False) -> Observation:
+        """Run ``call`` (a dispatch site of vLLM's, driven by the caller) decision-only and say what it did.
+
+        The call stops at its first kernel launch, or at its alignment with ``stop_at_align``
+        (for sites whose code after the alignment needs a GPU before any launch). The
+        kernel config is fixed as for the entrypoints.
+        """
+        obs = Observation("site")
+        RECORDERS.record, RECORDERS.finish, RECORDERS.stop_at_align = obs, False, stop_at_align
+        try:
+            with self.pkg.override_config(dict(CPU_KERNEL_CONFIG)), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    call()
+                    obs.completed = True
+                except KernelReached:
+                    pass
+        finally:
+            RECORDERS.record, RECORDERS.finish, RECORDERS.stop_at_align = None, self.finish, False
+        return obs
+
     # --- kernel-tier helpers (CUDA only) -------------------------------------------
 
     def _need_cuda(self, what: str) -> None:

@@ -8,6 +8,13 @@ pinned with ``@example`` and aimed at with ``hypothesis.target``.
 Every property draws cases with and without fused shared-expert rows
 (``shared=None``): the clause it covers must hold for both, at both entrypoints,
 with the shared rows counted among the experts and their slots among the top-k.
+The general property also draws what vLLM's model zoo adds (``golden/census/``):
+every activation the Triton experts accept with its clamp limits, expert biases,
+and the census's shapes (``wide=True``: K and N not multiples of 128, up to top-16);
+none of them may change the decision or what the alignment is handed. The
+index-width property runs calls at the kernel's 32-bit boundary
+(``moegate.core.index_width``) and checks each reaches the alignment and the kernel
+whole.
 """
 
 from __future__ import annotations
@@ -17,9 +24,13 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, MoECase, Placement
+from hypothesis import settings
+
 from moegate.core.check import assert_path
+from moegate.core.index_width import INT32_LIMIT, kernel_extent
 from moegate.core.spec import in_naive_region
 from moegate.strategies import aim_at_boundary, moe_cases, pin_boundaries
+from moegate.strategies.moe import index_width_cases
 
 HOST = st.sampled_from([p for p in ALL_PLACEMENTS if p.host_resident])
 DEVICE = Placement(False, False)
@@ -32,11 +43,27 @@ SHARED_WITH_MAP = MoECase(num_tokens=1, top_k=1, num_experts=7, shared_experts=1
 
 @entrypoints
 @pin_boundaries()
-@given(case=moe_cases(expert_map=None, quant=None, shared=None))
+@given(case=moe_cases(expert_map=None, quant=None, shared=None, activation=None, bias=None, wide=True))
 def test_path_matches_spec(target, entrypoint, case):
-    """Every case: the observed path is the spec's, whatever decides it."""
+    """Every case: the observed path is the spec's, whatever decides it (activation, biases and shape do not)."""
     aim_at_boundary(case)
     assert_path(target, case, entrypoint)
+
+
+@entrypoints
+@settings(max_examples=6)
+@given(case=index_width_cases(expert_map=None))
+def test_calls_at_the_kernels_index_width_reach_alignment_and_kernel_whole(target, entrypoint, case):
+    """At the 32-bit boundary (both sides): sorted, every id aligned in one call, the kernel handed every token.
+
+    A release that cut such a call into chunks, or counted its ids in a narrower
+    integer, would hand the alignment fewer ids or the kernel fewer rows.
+    """
+    assert abs(kernel_extent(case) - INT32_LIMIT) < case.topk_columns * 2 * max(2 * case.intermediate, case.hidden)
+    obs = target.run(case, entrypoint)
+    assert assert_path(target, case, entrypoint) == "sorted"
+    assert obs.align_id_counts == [case.pairs], obs.align_id_counts
+    assert obs.launches[0].rows == case.num_tokens, f"the first launch got {obs.launches[0].rows} rows"
 
 
 @entrypoints

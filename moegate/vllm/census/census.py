@@ -82,6 +82,14 @@ def take(src: VllmSource) -> Census:
     return Census(src.version, index.transformers_version, tuple(sorted(records, key=_key)))
 
 
+def take_sites(src: VllmSource) -> list[dict[str, Any]]:
+    """The dispatch sites alone (a second where the whole census takes several): ``kind == "site"`` records."""
+    syntax.read.cache_clear()
+    syntax.parse.cache_clear()
+    files = sorted(p for p in src.root.rglob("*.py") if "__pycache__" not in p.parts)
+    return sites.find_sites(src, files, sites.callee_params(src))
+
+
 def render(census: Census) -> str:
     header = golden.provenance_header(
         {

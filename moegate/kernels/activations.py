@@ -1,0 +1,137 @@
+"""The experts' activations in float32, written from their definitions (not from vLLM's kernels).
+
+w13's product ``h`` (``[pairs, w13_rows]``) becomes the second product's input
+(``[pairs, N]``). A gated activation splits ``h`` into a gate and an up part and
+multiplies: ``act(gate) * up``; an ungated one (``*_no_mul``) maps every element of
+``h`` alone. For every gated activation but one the gate is the first half of the
+rows and up the second (w13 stacks the two projections); gpt-oss's ``swigluoai``
+interleaves them (gate, up, gate, up...), as its checkpoints store them.
+
+The definitions, with ``L`` the clamp limit, ``a`` alpha and ``b`` beta:
+
+- ``silu``: ``silu(gate) * up``; with a limit: ``silu(min(gate, L)) * clamp(up, -L, L)``;
+- ``gelu`` / ``gelu_tanh``: ``gelu(gate) * up``, exact (erf) or tanh-approximated;
+- ``swigluoai`` (interleaved, fixed ``L = 7``, ``a = 1.702``): with ``g = min(gate, L)``,
+  ``g * sigmoid(a * g) * (clamp(up, -L, L) + 1)``;
+- ``swigluoai_uninterleave`` (halves, ``L`` required, ``a`` default 1, ``b`` default 0): with
+  ``g = min(gate, L)``, ``g * sigmoid(a * g) * (clamp(up, -L, L) + b)``;
+- ``swiglustep`` (fixed ``L = 7``): ``min(silu(gate), L) * clamp(up, -L, L)``: the gate is
+  clamped after the silu, not before;
+- ``situ`` (``b`` = situ_beta, required; ``c`` = situ_linear_beta, optional):
+  ``b * tanh(gate / b) * sigmoid(gate) * u`` with ``u = c * tanh(up / c)`` when ``c`` is given, else ``up``;
+- ``silu_no_mul``, ``gelu_no_mul``, ``gelu_tanh_no_mul``: the function of each element;
+  ``relu2_no_mul``: ``max(h, 0) ** 2``.
+
+Where the limits come from: vLLM's layer hands ``swiglu_limit``, ``swiglu_alpha``,
+``swiglu_beta`` and SiTU's betas to the experts through its config; ``swigluoai`` and
+``swiglustep`` are called without parameters and use 7.0 and 1.702, the defaults of
+vLLM's own SwiGLU-OAI and SwiGLU-step activations (the gpt-oss values).
+
+``SENSITIVITY`` is what the tolerance rule needs from each (``moegate.kernels.reference``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from moegate.core.case import Activation
+
+FIXED_LIMIT = 7.0
+"""The clamp limit of ``swigluoai`` and ``swiglustep``, which vLLM calls without one."""
+
+SWIGLUOAI_ALPHA = 1.702
+"""``swigluoai``'s sigmoid scale (gpt-oss)."""
+
+INTERLEAVED = frozenset({"swigluoai"})
+"""Gated activations whose w13 rows alternate gate and up."""
+
+SENSITIVITY: dict[str, int] = {"relu2_no_mul": 1, "swigluoai": 1, "swigluoai_uninterleave": 1}
+"""Extra roundings the tolerance counts for an activation (0 when absent).
+
+The rule (``moegate.kernels.reference``) bounds the effect of rounding the first
+product's output ``h`` by ``u`` relative to the activation's value. That holds when the
+activation is 1-Lipschitz in the relative sense: silu, gelu, the clamps (which never
+amplify a change) and SiTU's tanh and sigmoid. Two kinds of activation break it by a
+factor of about two, so they count one more rounding: ``relu2`` doubles a relative change
+(``d(h^2)/h^2 = 2 dh/h``); the SwiGLU-OAI forms multiply by ``up + 1`` (or ``up + b``), where
+a rounding of ``up`` is relative to ``|up|``, not to ``|up + 1|``: with the O(1) products
+the kernel tier draws, ``rms(|up|)`` stays within ``rms(|up + 1|) + 1``, about twice it.
+"""
+
+
+def split(h: torch.Tensor, act: Activation) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gate, up) of a gated activation's input rows."""
+    if act.name in INTERLEAVED:
+        return h[..., 0::2], h[..., 1::2]
+    n = h.shape[-1] // 2
+    return h[..., :n], h[..., n:]
+
+
+def apply(h: torch.Tensor, act: Activation) -> torch.Tensor:
+    """The activation of ``h`` in float32 (see the module docstring)."""
+    h = h.float()
+    name = act.name
+    if not act.gated:
+        if name == "silu_no_mul":
+            return F.silu(h)
+        if name == "gelu_no_mul":
+            return F.gelu(h)
+        if name == "gelu_tanh_no_mul":
+            return F.gelu(h, approximate="tanh")
+        if name == "relu2_no_mul":
+            return F.relu(h).square()
+        raise ValueError(f"no reference for activation {name!r}")
+    gate, up = split(h, act)
+    if name == "silu":
+        if act.limit is not None:
+            gate, up = gate.clamp(max=act.limit), up.clamp(-act.limit, act.limit)
+        return F.silu(gate) * up
+    if name == "gelu":
+        return F.gelu(gate) * up
+    if name == "gelu_tanh":
+        return F.gelu(gate, approximate="tanh") * up
+    if name in ("swigluoai", "swigluoai_uninterleave"):
+        fixed = name == "swigluoai"
+        limit = FIXED_LIMIT if fixed else act.limit
+        assert limit is not None  # Activation requires it for swigluoai_uninterleave
+        alpha = SWIGLUOAI_ALPHA if fixed else (1.0 if act.alpha is None else act.alpha)
+        beta = 1.0 if fixed else (0.0 if act.beta is None else act.beta)
+        g = gate.clamp(max=limit)
+        return g * torch.sigmoid(alpha * g) * (up.clamp(-limit, limit) + beta)
+    if name == "swiglustep":
+        return F.silu(gate).clamp(max=FIXED_LIMIT) * up.clamp(-FIXED_LIMIT, FIXED_LIMIT)
+    if name == "situ":
+        beta = act.situ_beta
+        assert beta is not None  # Activation requires it
+        g = beta * torch.tanh(gate / beta) * torch.sigmoid(gate)
+        c = act.situ_linear_beta
+        return g * (c * torch.tanh(up / c) if c is not None else up)
+    raise ValueError(f"no reference for activation {name!r}")
+
+
+def clamp_limits(act: Activation) -> tuple[float | None, float | None]:
+    """(limit on the gate, limit on up) the activation clamps its input at, None where it does not clamp its input."""
+    if act.name == "silu" and act.limit is not None:
+        return act.limit, act.limit
+    if act.name == "swigluoai":
+        return FIXED_LIMIT, FIXED_LIMIT
+    if act.name == "swigluoai_uninterleave":
+        return act.limit, act.limit
+    if act.name == "swiglustep":
+        return None, FIXED_LIMIT  # its gate limit applies to silu(gate), after the function
+    return None, None
+
+
+INPUT_GAIN = 8.0
+"""Scale of the kernel tier's hidden states for a clamping activation (``input_gain``).
+
+The tier's weights make the first product's output about N(0, 1); a clamp at 7 or 10
+would then almost never bind and the clamp would go untested. Scaled by 8, the output
+is about N(0, 64): a limit of 7 clamps some 38 % of inputs, 10 about 21 %, 0.5 nearly all."""
+
+
+def input_gain(act: Activation) -> float:
+    """How much the kernel tier scales its hidden states for ``act`` (``INPUT_GAIN`` where it clamps, else 1)."""
+    gate_limit, up_limit = clamp_limits(act)
+    return INPUT_GAIN if gate_limit is not None or up_limit is not None else 1.0
