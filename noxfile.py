@@ -123,7 +123,13 @@ def gate(session: nox.Session) -> None:
 @nox.session(python=False)
 def bless(session: nox.Session) -> None:
     """Rewrite golden files (then review `git diff golden/`): `-- dispatch-table.tsv` from the PR build,
+    `-- census [--vllm=SPEC]` (the census of that build's vLLM, docs/census.md),
     `-- e2e --base=SPEC --pr=SPEC [e2e options]` (both builds' e2e goldens), `-- e2e-smoke` (the CPU smoke's)."""
+    if session.posargs[:1] == ["census"]:
+        opts, rest = builds.take(session.posargs[1:], "vllm", "vllm-python", error=session.error)
+        py = builds.vllm_python(session, opts.get("vllm", PR), opts.get("vllm-python"))
+        session.run(py, "-m", "moegate.vllm.census", "--bless", *rest, external=True)
+        return
     if session.posargs[:1] == ["e2e"]:
         _e2e(session, "greedy,gsm8k", session.posargs[1:], bless=True)
         return

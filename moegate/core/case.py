@@ -184,7 +184,9 @@ class Activation:
         missing = [p for p in required if p not in given]
         extra = sorted(given - set(required) - set(optional))
         if missing or extra:
-            said = ([f"needs {', '.join(missing)}"] if missing else []) + ([f"takes no {', '.join(extra)}"] if extra else [])
+            said = ([f"needs {', '.join(missing)}"] if missing else []) + (
+                [f"takes no {', '.join(extra)}"] if extra else []
+            )
             raise ValueError(f"activation {self.name}: " + "; ".join(said))
         if self.limit is not None and not self.limit > 0:
             raise ValueError(f"activation {self.name}: limit={self.limit} must be > 0")

@@ -88,11 +88,15 @@ def _assert_assignment(obs: Any, case: MoECase, entrypoint: str) -> None:
     launch_blocks = {launch.block_m for launch in getattr(obs, "launches", []) if getattr(launch, "block_m", 0)}
     for b in getattr(obs, "align_block_sizes", []):
         if launch_blocks and launch_blocks != {b}:
-            problems.append(f"moe_align_block_size got block size {b}, the kernel launches BLOCK_SIZE_M {launch_blocks}")
+            problems.append(
+                f"moe_align_block_size got block size {b}, the kernel launches BLOCK_SIZE_M {launch_blocks}"
+            )
     want_map = case.expert_map_list()
     for got in getattr(obs, "align_expert_maps", []):
         if got is not None and got != want_map:
-            problems.append(f"moe_align_block_size got expert map {got[:16]}..., the case's is {(want_map or [])[:16]}...")
+            problems.append(
+                f"moe_align_block_size got expert map {got[:16]}..., the case's is {(want_map or [])[:16]}..."
+            )
         if got is None and want_map is not None and not getattr(obs, "completed", False):
             problems.append("moe_align_block_size got no expert map, the case has one")
     naive = getattr(obs, "naive_assignments", [])

@@ -102,9 +102,9 @@ def apply(h: torch.Tensor, act: Activation) -> torch.Tensor:
     if name == "swiglustep":
         return F.silu(gate).clamp(max=FIXED_LIMIT) * up.clamp(-FIXED_LIMIT, FIXED_LIMIT)
     if name == "situ":
-        beta = act.situ_beta
-        assert beta is not None  # Activation requires it
-        g = beta * torch.tanh(gate / beta) * torch.sigmoid(gate)
+        situ_beta = act.situ_beta
+        assert situ_beta is not None  # Activation requires it
+        g = situ_beta * torch.tanh(gate / situ_beta) * torch.sigmoid(gate)
         c = act.situ_linear_beta
         return g * (c * torch.tanh(up / c) if c is not None else up)
     raise ValueError(f"no reference for activation {name!r}")

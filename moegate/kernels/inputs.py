@@ -82,7 +82,9 @@ def _stored_key(case: MoECase) -> StoredKey:
     if q is None:
         # unquantized: the key, so the numbers are the ones this key always had (gated keys as before)
         return _key(case)[:5] if case.activation.gated else _key(case)
-    shape = (case.num_experts, case.hidden, case.intermediate, q.scheme) + (() if case.activation.gated else ("ungated",))
+    shape = (case.num_experts, case.hidden, case.intermediate, q.scheme) + (
+        () if case.activation.gated else ("ungated",)
+    )
     if not q.weight_only:  # fp8: quantized with the scale granularity, whatever the activation dtype
         return (*shape, max(q.group_size, 0))
     return (*shape, "grouped" if q.group_size > 0 else "per-channel")  # unsigned with a zero point, or signed

@@ -293,9 +293,7 @@ def reference_moe(
     return Reference(out, mag)
 
 
-def rounding_count(
-    dtype: torch.dtype, quant: Quant | None = None, activation: Activation = DEFAULT_ACTIVATION
-) -> int:
+def rounding_count(dtype: torch.dtype, quant: Quant | None = None, activation: Activation = DEFAULT_ACTIVATION) -> int:
     """C in the tolerance rule: ``SPREAD * (ROUNDINGS + activation's extra roundings + r_in)``."""
     if quant is not None:
         r_in = OPERAND_ROUNDINGS["wNa16" if quant.weight_only else "fp8"]

@@ -45,8 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from moegate.core.case import Activation, MoECase
-from moegate.core.tensors import VECTOR_ROUTING_TOKENS
-from moegate.core.tensors import CaseTensors, torch_dtype
+from moegate.core.tensors import VECTOR_ROUTING_TOKENS, CaseTensors, torch_dtype
 from moegate.kernels.reference import UNIT_ROUNDOFF, check_ids, dequantize
 from moegate.kernels.student_t import t_critical
 

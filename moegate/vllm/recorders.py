@@ -223,7 +223,7 @@ class Recorders:
                 emap = a[0] if a else kw.get("expert_map")
                 # read back only when the call stops at the kernel (no CUDA-graph capture then)
                 keep = emap is not None and not self.finish
-                rec.align_expert_maps.append([int(x) for x in emap.tolist()] if keep else None)
+                rec.align_expert_maps.append([int(x) for x in emap.tolist()] if emap is not None and keep else None)
                 if self.stop_at_align and not self.finish:
                     raise KernelReached
             if self.finish:

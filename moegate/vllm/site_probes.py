@@ -109,7 +109,9 @@ def dots3_vision(target: VllmTarget, case: MoECase) -> Observation:
     real = mod.per_token_group_quant_fp8
     mod.per_token_group_quant_fp8 = quantize  # a GPU kernel before the decision; restored below
     try:
-        return target.observe(lambda: mod.note_vision_fused_moe_fp8(t.hidden_states, w13, w2, t.topk_weights, t.topk_ids, s13, s2))
+        return target.observe(
+            lambda: mod.note_vision_fused_moe_fp8(t.hidden_states, w13, w2, t.topk_weights, t.topk_ids, s13, s2)
+        )
     finally:
         mod.per_token_group_quant_fp8 = real
 
@@ -233,9 +235,22 @@ def nvfp4_emulation(target: VllmTarget, case: MoECase) -> Observation:
     silu = target.fm.MoEActivation.SILU
     return target.observe(
         lambda: experts.apply(
-            out, hidden, w1, w2, t.topk_weights, t.topk_ids, silu, case.total_experts, t.expert_map,
-            None, None, ws13, ws2, None, False,
-        ),  # fmt: skip
+            out,
+            hidden,
+            w1,
+            w2,
+            t.topk_weights,
+            t.topk_ids,
+            silu,
+            case.total_experts,
+            t.expert_map,
+            None,
+            None,
+            ws13,
+            ws2,
+            None,
+            False,
+        ),
         stop_at_align=True,
     )
 

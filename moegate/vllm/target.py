@@ -232,7 +232,7 @@ class VllmTarget:
         """
         tl = getattr(module, "tl", None)
         if not self.cuda and tl is not None and type(tl).__name__.endswith("Placeholder"):
-            RECORDERS.patch(module, "tl", getattr(self.fm, "tl"))
+            RECORDERS.patch(module, "tl", self.fm.tl)
         for name in (names.MOE_ALIGN_BLOCK_SIZE, names.BATCHED_ALIGN_BLOCK_SIZE, *names.LAUNCHERS):
             current = getattr(module, name, None)
             if current is None or getattr(current, "__moegate_recorder__", False):

@@ -19,7 +19,7 @@ import pytest
 
 from moegate.vllm.census import __main__ as cli
 from moegate.vllm.census.builders import LAYER_MODULE
-from moegate.vllm.census.sites import DEFINED_IN, DECISION
+from moegate.vllm.census.sites import DECISION, DEFINED_IN
 from moegate.vllm.census.source import locate
 from moegate.vllm.census.tuned import CONFIGS_DIR
 

@@ -20,12 +20,10 @@ whole.
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, ExpertMap, MoECase, Placement
-from hypothesis import settings
-
 from moegate.core.check import assert_path
 from moegate.core.index_width import INT32_LIMIT, kernel_extent
 from moegate.core.spec import in_naive_region

@@ -108,7 +108,9 @@ def test_a_site_that_always_aligns_aligns_where_the_decision_would_go_naive(targ
     )
     want = ALIGN_COUNT[site.split("::")[1]](case)
     if want is not None:
-        assert obs.align_num_experts == [want], f"{site}: alignment got {obs.align_num_experts} experts, code says {want}"
+        assert obs.align_num_experts == [want], (
+            f"{site}: alignment got {obs.align_num_experts} experts, code says {want}"
+        )
 
 
 def test_the_exceptions_are_the_two_callers_the_change_description_names():

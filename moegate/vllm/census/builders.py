@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moegate.vllm.census.source import CensusError, VllmSource
-from moegate.vllm.census.syntax import read, parse, value
+from moegate.vllm.census.syntax import parse, read, value
 
 LAYER_MODULE = "model_executor/layers/fused_moe/layer.py"
 """Where vLLM defines its fused-MoE layer (relative to the vllm package)."""
@@ -68,12 +68,14 @@ def find_builders(src: VllmSource, files: Iterable[Path] = ()) -> list[Builder]:
     found: list[Builder] = []
     classes: set[str] = set()
     for node in parse(path).body:
-        fn = node if isinstance(node, ast.FunctionDef) else _init(node) if isinstance(node, ast.ClassDef) else None
+        if not isinstance(node, ast.FunctionDef | ast.ClassDef):
+            continue
+        fn = node if isinstance(node, ast.FunctionDef) else _init(node)
         if fn is None:
             continue
         params, defaults = _signature(fn)
         if all(p in params for p in SHAPE_PARAMS):
-            found.append(Builder(node.name, LAYER_MODULE, params, defaults))  # type: ignore[union-attr]
+            found.append(Builder(node.name, LAYER_MODULE, params, defaults))
             if isinstance(node, ast.ClassDef):
                 classes.add(node.name)
     if not found:
@@ -85,14 +87,17 @@ def find_builders(src: VllmSource, files: Iterable[Path] = ()) -> list[Builder]:
     for file in files:  # subclasses of a builder class build fused-MoE layers too
         if not classes or not any(c in read(file) for c in classes):
             continue
-        for node in ast.walk(parse(file)):
-            if isinstance(node, ast.ClassDef) and node.name not in by_name:
-                bases = {b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases}
+        for cls in ast.walk(parse(file)):
+            if isinstance(cls, ast.ClassDef) and cls.name not in by_name:
+                bases = {
+                    b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+                    for b in cls.bases
+                }
                 parent = next((by_name[b] for b in bases if b in classes), None)
                 if parent is not None:
-                    init = _init(node)
+                    init = _init(cls)
                     params, defaults = _signature(init) if init is not None else (parent.params, parent.defaults)
-                    sub = Builder(node.name, src.rel(file), params, defaults)
-                    found.append(sub)
-                    by_name[node.name] = sub
+                    derived = Builder(cls.name, src.rel(file), params, defaults)
+                    found.append(derived)
+                    by_name[cls.name] = derived
     return found

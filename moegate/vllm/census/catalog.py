@@ -42,11 +42,14 @@ def activations(src: VllmSource) -> list[dict[str, Any]]:
                     and isinstance(stmt.value.value, str)
                 ):
                     members[stmt.targets[0].id] = stmt.value.value
-        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0] if isinstance(node, ast.Assign) else None
-        if isinstance(target, ast.Name) and target.id == TRITON_ACTIVATIONS and node.value is not None:  # type: ignore[union-attr]
-            for sub in ast.walk(node.value):  # type: ignore[union-attr]
-                if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == ACTIVATION_ENUM:
-                    accepted.add(sub.attr)
+        value: ast.expr | None = None
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            value = node.value if node.targets[0].id == TRITON_ACTIVATIONS else None
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            value = node.value if node.target.id == TRITON_ACTIVATIONS else None
+        for sub in ast.walk(value) if value is not None else ():
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == ACTIVATION_ENUM:
+                accepted.add(sub.attr)
     if not members:
         raise CensusError(f"census: found no activation enum {ACTIVATION_ENUM} in {path}")
     return [
@@ -61,7 +64,7 @@ def activations(src: VllmSource) -> list[dict[str, Any]]:
     ]
 
 
-_CLASS = re.compile(r"^[ \t]*class\s+(\w+)\s*\(([^)]*)\)\s*:", re.M)
+_CLASS = re.compile(r"^[ \t]*class\s+(\w+)\s*\(([^)]*)\)\s*:", re.MULTILINE)
 
 
 def quant_methods(src: VllmSource, files: list[Path]) -> list[dict[str, Any]]:
@@ -83,8 +86,8 @@ def quant_methods(src: VllmSource, files: list[Path]) -> list[dict[str, Any]]:
     changed = True
     while changed:
         changed = False
-        for name, (file, bases) in classes.items():
+        for name, (rel, bases) in classes.items():
             if name not in derived and (METHOD_BASE in bases or bases & set(derived)):
-                derived[name] = file
+                derived[name] = rel
                 changed = True
-    return [{"kind": "quant-method", "class": name, "file": file} for name, file in derived.items()]
+    return [{"kind": "quant-method", "class": name, "file": rel} for name, rel in derived.items()]

@@ -65,8 +65,10 @@ def _class_defaults(node: ast.ClassDef, file: Path) -> ConfigClass:
 
 
 def _plain(v: object) -> bool:
-    return v is None or isinstance(v, bool | int | float | str) or (
-        isinstance(v, list | tuple) and all(isinstance(x, bool | int | float | str) for x in v)
+    return (
+        v is None
+        or isinstance(v, bool | int | float | str)
+        or (isinstance(v, list | tuple) and all(isinstance(x, bool | int | float | str) for x in v))
     )
 
 
@@ -96,7 +98,7 @@ class ConfigIndex:
         if name in self._cache:
             return self._cache[name]
         found = None
-        pattern = re.compile(rf"^class {re.escape(name)}\b", re.M)
+        pattern = re.compile(rf"^class {re.escape(name)}\b", re.MULTILINE)
         for path, text in self._files:
             if pattern.search(text):
                 for node in parse(path).body:
@@ -132,9 +134,11 @@ def model_config_classes(tree: ast.Module, index: ConfigIndex) -> list[str]:
     names = []
     for local, dotted in imported_names(tree).items():
         module = dotted.rsplit(".", 1)[0]
-        if local.endswith("Config") and local not in GENERIC and ("transformers" in module or module.startswith(".")):
-            if index.find(dotted.rsplit(".", 1)[1]) is not None:
-                names.append(dotted.rsplit(".", 1)[1])
+        named = (
+            local.endswith("Config") and local not in GENERIC and ("transformers" in module or module.startswith("."))
+        )
+        if named and index.find(dotted.rsplit(".", 1)[1]) is not None:
+            names.append(dotted.rsplit(".", 1)[1])
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name.endswith("Config") and index.find(node.name) is not None:
             names.append(node.name)
@@ -183,11 +187,14 @@ class Resolver:
             found += self._passed_by_callers(sc, node.id)
         if isinstance(node, ast.Name) and sc.function is not None:
             for stmt in ast.walk(sc.function):
-                if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in stmt.targets):
-                    found.append(stmt.value)
-                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-                    if stmt.target.id == node.id:
-                        found.append(stmt.value)
+                if isinstance(stmt, ast.Assign):
+                    targets, assigned = stmt.targets, stmt.value
+                elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+                    targets, assigned = [stmt.target], stmt.value
+                else:
+                    continue
+                if any(isinstance(t, ast.Name) and t.id == node.id for t in targets):
+                    found.append(assigned)
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
             cls = next((p for p in reversed(sc.parents) if isinstance(p, ast.ClassDef)), None)
             for stmt in ast.walk(cls) if cls is not None else ():

@@ -32,7 +32,7 @@ from moegate.vllm.census.archs import Architectures
 from moegate.vllm.census.builders import Builder
 from moegate.vllm.census.configs import ConfigIndex, Resolver
 from moegate.vllm.census.source import VllmSource
-from moegate.vllm.census.syntax import read, ScopedCall, parse, scoped_calls, value
+from moegate.vllm.census.syntax import ScopedCall, callee, parse, read, scoped_calls, value
 
 GROUPS: dict[str, tuple[str, ...]] = {
     "shape": ("num_experts", "top_k", "hidden_size", "intermediate_size", "intermediate_pad"),
@@ -80,7 +80,15 @@ DEFAULTED = (
 IGNORED = frozenset({"prefix"})
 """Arguments that name, not configure (the weight prefix)."""
 
-RESOLVED = ("num_experts", "top_k", "hidden_size", "intermediate_size", "n_shared_experts", "activation", "swiglu_limit")
+RESOLVED = (
+    "num_experts",
+    "top_k",
+    "hidden_size",
+    "intermediate_size",
+    "n_shared_experts",
+    "activation",
+    "swiglu_limit",
+)
 """Arguments whose config-class values the census looks up."""
 
 
@@ -93,7 +101,11 @@ def _star_keywords(sc: ScopedCall, name: str) -> dict[str, ast.AST] | None:
         if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
             v = stmt.value
             if isinstance(v, ast.Dict) and all(isinstance(k, ast.Constant) for k in v.keys):
-                found = {k.value: x for k, x in zip(v.keys, v.values) if isinstance(k, ast.Constant)}
+                found = {
+                    k.value: x
+                    for k, x in zip(v.keys, v.values)
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                }
             elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "dict" and not v.args:
                 found = {kw.arg: kw.value for kw in v.keywords if kw.arg}
     return found
@@ -150,7 +162,7 @@ def find_layers(
         resolver = Resolver(index, tree, archs.config_classes(src.rel(file)))
         seen: dict[str, int] = {}
         for sc in calls:
-            name = sc.call.func.id if isinstance(sc.call.func, ast.Name) else sc.call.func.attr  # type: ignore[union-attr]
+            name = callee(sc.call) or ""
             rec = _record(src, file, sc, by_name[name], resolver)
             seen[sc.scope] = seen.get(sc.scope, 0) + 1
             if seen[sc.scope] > 1:

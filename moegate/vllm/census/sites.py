@@ -31,7 +31,7 @@ from typing import Any
 from moegate.vllm import names
 from moegate.vllm.census.reviewed import REVIEWED
 from moegate.vllm.census.source import CensusError, VllmSource
-from moegate.vllm.census.syntax import read, ScopedCall, conditional, parse, scoped_calls
+from moegate.vllm.census.syntax import ScopedCall, conditional, parse, read, scoped_calls
 
 DECISION = names.PREPARE_EXPERT_ASSIGNMENT
 ALIGNERS = (names.MOE_ALIGN_BLOCK_SIZE, "batched_moe_align_block_size")
@@ -96,7 +96,10 @@ def classify(rec: dict[str, Any], scope_calls_decision: bool) -> tuple[str, str]
     """(rule, reason) for a site record (the module docstring's order)."""
     key = f"{rec['file']}::{rec['scope']}"
     if rec["callee"] in ALIGNERS and rec["scope"].split(".")[-1] == DECISION:
-        return RULE_DECISION, "docs/spec.md: aligns outside the naive region, for an expert map, grouped wNa16 and host residency"
+        return (
+            RULE_DECISION,
+            "docs/spec.md: aligns outside the naive region, for an expert map, grouped wNa16 and host residency",
+        )
     if rec["callee"] == DECISION and _computes_residency(rec.get(HOST_FLAG)):
         return RULE_HOST, f"passes {HOST_FLAG}={rec[HOST_FLAG]}"
     if rec["callee"] in ALIGNERS and not rec["conditional"] and not scope_calls_decision:
@@ -154,9 +157,12 @@ def _local_value(sc: ScopedCall, name: str | None) -> str | None:
         return None
     found = None
     for stmt in ast.walk(sc.function):
-        if isinstance(stmt, ast.Assign) and stmt.lineno < sc.call.lineno:
-            if any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
-                found = ast.unparse(stmt.value)
+        if (
+            isinstance(stmt, ast.Assign)
+            and stmt.lineno < sc.call.lineno
+            and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+        ):
+            found = ast.unparse(stmt.value)
     return found
 
 

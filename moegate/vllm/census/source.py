@@ -45,9 +45,13 @@ def _version_from_file(path: Path) -> str | None:
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            if any(isinstance(t, ast.Name) and t.id in ("__version__", "version") for t in node.targets):
-                return node.value.value
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and any(isinstance(t, ast.Name) and t.id in ("__version__", "version") for t in node.targets)
+        ):
+            return node.value.value
     return None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,13 @@ EXPR = "="
 """Prefix of a value the census records as source text: ``"=config.hidden_act"`` is an expression, not a literal."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def read(path: Path) -> str:
     """A source file's text (cached: several passes look through the same files)."""
     return path.read_text(encoding="utf-8", errors="replace")
 
 
-@lru_cache(maxsize=None)
+@cache
 def parse(path: Path) -> ast.Module:
     """The parsed module (cached)."""
     return ast.parse(read(path), filename=str(path))

@@ -78,9 +78,11 @@ def looked_up_dtypes(src: VllmSource) -> set[str]:
         for node in ast.walk(parse(path)):
             if isinstance(node, ast.FunctionDef) and node.name == fn:
                 for sub in ast.walk(node):
-                    if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Constant):
-                        if isinstance(sub.value.value, str):
-                            found.add(sub.value.value)
+                    value = (
+                        sub.value.value if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Constant) else None
+                    )
+                    if isinstance(value, str):
+                        found.add(value)
     if not found:
         raise CensusError(f"census: cannot read which tuned configs vLLM looks up: looked for {fn} in {path}")
     return found
@@ -99,7 +101,13 @@ def grouped(records: Iterable[dict[str, Any]], dtypes: set[str]) -> list[dict[st
         devices[key].append(r["device"])
     out = []
     for (e, n, dtype, block, backend), devs in devices.items():
-        rec: dict[str, Any] = {"kind": "tuned", "experts": e, "n": n, "dtype": dtype, "block_shape": list(block) or None}
+        rec: dict[str, Any] = {
+            "kind": "tuned",
+            "experts": e,
+            "n": n,
+            "dtype": dtype,
+            "block_shape": list(block) or None,
+        }
         if backend:
             rec["backend"] = backend
         rec["lookup"] = (dtype is None or dtype in dtypes) and not backend and (not block or dtype is not None)

@@ -41,19 +41,17 @@ X, W2, ROUTE = 2.0, 0.75, 0.4
 """The token's one hidden element, w2's one element, the router weight."""
 
 
-def one_pair(rows: list[float], act: Activation, b1: list[float] | None = None, b2: float | None = None, on_input=False):
+def one_pair(
+    rows: list[float], act: Activation, b1: list[float] | None = None, b2: float | None = None, on_input=False
+):
     """The reference for one token routed to one expert whose w13 column is ``rows`` (so h = X * rows + b1)."""
     x = torch.tensor([[X]])
     w1 = torch.tensor(rows).reshape(1, len(rows), 1)
     w2 = torch.tensor([[[W2]]])
-    kw = {}
-    if b1 is not None:
-        kw["w1_bias"] = torch.tensor([b1])
-    if b2 is not None:
-        kw["w2_bias"] = torch.tensor([[b2]])
     ref = reference_moe(
         x, w1, w2, torch.tensor([[ROUTE]]), torch.tensor([[0]], dtype=torch.int32),
-        activation=act, apply_router_weight_on_input=on_input, **kw,
+        activation=act, apply_router_weight_on_input=on_input,
+        w1_bias=None if b1 is None else torch.tensor([b1]), w2_bias=None if b2 is None else torch.tensor([[b2]]),
     )  # fmt: skip
     return ref.output.item()
 
@@ -120,7 +118,9 @@ def test_the_interleaved_layout_is_not_the_halves_layout():
     """Same rows, same limit and alpha: gpt-oss's interleaving changes which row is the gate."""
     rows = [1.0, 2.0, -1.0, 0.5]  # interleaved: gates 2, -2; up 4, 1 | halves: gates 2, 4; up -2, 1
     a = activations.apply(torch.tensor([rows]) * X, Activation("swigluoai"))
-    b = activations.apply(torch.tensor([rows]) * X, Activation("swigluoai_uninterleave", limit=7.0, alpha=1.702, beta=1.0))
+    b = activations.apply(
+        torch.tensor([rows]) * X, Activation("swigluoai_uninterleave", limit=7.0, alpha=1.702, beta=1.0)
+    )
     assert (a - b).abs().max() > 0.5
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,7 @@ def drawn(strategy: st.SearchStrategy[MoECase]) -> tuple[MoECase, ...]:
 def find(strategy: st.SearchStrategy[MoECase], pred: Callable[[MoECase], bool], what: str) -> None:
     if not any(pred(c) for c in drawn(strategy)):
         pytest.fail(f"moe_cases never drew {what} in {len(drawn(strategy))} examples")
+
 
 TUNED_SCHEME = {None: None, "fp8_w8a8": "fp8_w8a8", "int8_w8a16": "int8_w8a16", "int4_w4a16": "int4_w4a16"}
 """A tuned config's dtype (as vLLM's lookup names it) -> the case's quantization scheme."""
@@ -197,20 +199,17 @@ def test_every_tuned_config_vllm_looks_up_is_in_the_space():
 
 def _joint(req: dict[str, Any]) -> list[Callable[[MoECase], bool]]:
     """One predicate per activation the layer may run, each with the rest of its requirements."""
-    preds = []
-    for act in sorted(req["activations"]):
 
-        def pred(c: MoECase, act: str = act) -> bool:
-            return (
-                c.activation.name == act
-                and (not req["clamped"] or act != "silu" or c.activation.limit is not None)
-                and (req["bias"] is None or c.bias == req["bias"])
-                and (not req["shared"] or c.shared_experts > 0)
-                and (req["on_input"] is None or c.apply_router_weight_on_input == req["on_input"])
-            )
+    def pred(c: MoECase, act: str) -> bool:
+        return (
+            c.activation.name == act
+            and (not req["clamped"] or act != "silu" or c.activation.limit is not None)
+            and (req["bias"] is None or c.bias == req["bias"])
+            and (not req["shared"] or c.shared_experts > 0)
+            and (req["on_input"] is None or c.apply_router_weight_on_input == req["on_input"])
+        )
 
-        preds.append(pred)
-    return preds
+    return [functools.partial(pred, act=act) for act in sorted(req["activations"])]
 
 
 def _joint_requirements() -> dict[str, dict[str, Any]]:
@@ -245,7 +244,9 @@ def test_the_strategy_moe_cases_draws_each_dimension_from_reaches_both_ends_of_i
     cases, instant for a search over one integer.
     """
     for end in (rng.lo, rng.hi):
-        hypothesis.find(strategy, lambda v, end=end: v == end, settings=settings(database=None, max_examples=2000))
+        hypothesis.find(
+            strategy, functools.partial(operator.eq, end), settings=settings(database=None, max_examples=2000)
+        )
     with pytest.raises(hypothesis.errors.NoSuchExample):  # and never leaves it
         hypothesis.find(strategy, lambda v: v not in rng, settings=settings(database=None, max_examples=300))
 
@@ -253,18 +254,30 @@ def test_the_strategy_moe_cases_draws_each_dimension_from_reaches_both_ends_of_i
 def test_a_wide_case_draws_its_shape_from_those_strategies():
     """The control for the test above: wide cases spread over the ranges (not pinned to a corner of them)."""
     cases = drawn(ANY)
-    for get, rng in ((lambda c: c.hidden, space.HIDDEN), (lambda c: c.intermediate, space.INTERMEDIATE)):
-        values = {get(c) for c in cases}
+    for values, rng in (
+        ({c.hidden for c in cases}, space.HIDDEN),
+        ({c.intermediate for c in cases}, space.INTERMEDIATE),
+    ):
         assert min(values) < rng.lo + 128 and max(values) > rng.hi // 2, (min(values), max(values))
         assert any(v % 128 for v in values), "no value off the multiples of 128"
 
 
+def _quantized(case: MoECase, scheme: str | None = None, group: int | None = None, bias: bool | None = None) -> bool:
+    q = case.quant
+    return (
+        q is not None
+        and (scheme is None or q.scheme == scheme or (scheme == "wNa16" and q.weight_only))
+        and (group is None or q.group_size == group)
+        and (bias is None or case.bias == bias)
+    )
+
+
 def test_moe_cases_draws_every_declared_quantization_block_and_biased_quantization():
     for scheme in [s for s in space.SCHEMES if s is not None]:
-        find(QUANTIZED, lambda c, s=scheme: c.quant is not None and c.quant.scheme == s, f"scheme {scheme}")
+        find(QUANTIZED, functools.partial(_quantized, scheme=scheme), f"scheme {scheme}")
     for g in space.FP8_GROUPS:
-        find(QUANTIZED, lambda c, g=g: c.quant is not None and c.quant.scheme == "fp8_w8a8" and c.quant.group_size == g, f"fp8 block {g}")
+        find(QUANTIZED, functools.partial(_quantized, scheme="fp8_w8a8", group=g), f"fp8 block {g}")
     for g in space.WNA16_GROUPS:
-        find(QUANTIZED, lambda c, g=g: c.quant is not None and c.quant.weight_only and c.quant.group_size == g, f"wNa16 group {g}")
+        find(QUANTIZED, functools.partial(_quantized, scheme="wNa16", group=g), f"wNa16 group {g}")
     for scheme in ("fp8_w8a8", "int8_w8a16"):
-        find(QUANTIZED, lambda c, s=scheme: c.quant is not None and c.quant.scheme == s and c.bias, f"biased {scheme}")
+        find(QUANTIZED, functools.partial(_quantized, scheme=scheme, bias=True), f"biased {scheme}")

@@ -6,13 +6,14 @@ import ast
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from moegate.vllm.census import census, sites, tuned
 from moegate.vllm.census.reviewed import REVIEWED
 from moegate.vllm.census.source import CensusError, locate
-from moegate.vllm.census.syntax import conditional, scoped_calls
+from moegate.vllm.census.syntax import callee, conditional, scoped_calls
 
 
 def _tree(tmp_path: Path, files: dict[str, str], version: str | None = "9.9.9") -> Path:
@@ -93,7 +94,7 @@ def test_shapes_join_a_pinned_layer_to_the_tensor_parallel_degrees_vllm_has_tune
             "top_k": {"C": 8},
         },
     }
-    tuned_lines = [
+    tuned_lines: list[dict[str, Any]] = [
         {"experts": 128, "n": 384, "dtype": None, "block_shape": None, "lookup": True},
         {"experts": 128, "n": 96, "dtype": "fp8_w8a8", "block_shape": None, "lookup": True},
         {"experts": 128, "n": 192, "dtype": "int8_w8a8", "block_shape": None, "lookup": False},
@@ -106,13 +107,19 @@ def test_shapes_join_a_pinned_layer_to_the_tensor_parallel_degrees_vllm_has_tune
 # --- sites -----------------------------------------------------------------------------------------------------
 
 
-def _sites(code: str) -> list[dict[str, object]]:
+def _sites(code: str) -> list[dict[str, Any]]:
     tree = ast.parse(textwrap.dedent(code))
-    out = []
+    out: list[dict[str, Any]] = []
     for sc in scoped_calls(tree, sites.CALLEES):
-        name = sc.call.func.id if isinstance(sc.call.func, ast.Name) else sc.call.func.attr  # type: ignore[union-attr]
+        name = callee(sc.call) or ""
         flag = next((ast.unparse(k.value) for k in sc.call.keywords if k.arg == sites.HOST_FLAG), None)
-        rec = {"file": "x.py", "scope": sc.scope, "callee": name, sites.HOST_FLAG: flag, "conditional": conditional(sc)}
+        rec: dict[str, Any] = {
+            "file": "x.py",
+            "scope": sc.scope,
+            "callee": name,
+            sites.HOST_FLAG: flag,
+            "conditional": conditional(sc),
+        }
         rec["rule"], _ = sites.classify(rec, name == sites.DECISION)
         out.append(rec)
     return out
@@ -169,7 +176,12 @@ def test_the_newest_reviewed_release_has_no_site_the_spec_does_not_settle():
 
 
 def test_every_reviewed_classification_names_a_site_of_a_reviewed_release():
-    keys = {census.site_key(r) for p in census.committed().values() for r in census.parse_golden(p.read_text()) if r["kind"] == "site"}
+    keys = {
+        census.site_key(r)
+        for p in census.committed().values()
+        for r in census.parse_golden(p.read_text())
+        if r["kind"] == "site"
+    }
     stale = sorted(set(REVIEWED) - keys)
     assert not stale, f"reviewed.py classifies sites no golden has (renamed or gone): {stale}"
 
