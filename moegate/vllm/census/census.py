@@ -47,12 +47,21 @@ def _key(rec: dict[str, Any]) -> tuple[int, str]:
     return KINDS.index(rec["kind"]), json.dumps(rec, sort_keys=True)
 
 
-def take(src: VllmSource) -> Census:
-    """Read one installed vLLM (see the package docstring).
+Preflight = tuple[
+    list[Path],
+    list[builders.Builder],
+    tuple[list[dict[str, Any]], list[str]],
+    set[str],
+    list[dict[str, Any]],
+    dict[str, list[str]],
+]
 
-    What a release must have is looked for first, cheapest first (the builder, the tuned
-    configs, the activations, the decision's definition), so a tree the census cannot
-    read fails in about a second, before the model files are parsed.
+
+def preflight(src: VllmSource) -> Preflight:
+    """What a release must have before its model files are read, cheapest first; a ``CensusError`` names the gap.
+
+    The source files, the layer builder, the tuned configs and the dtype names vLLM looks
+    them up by, the activation enum, the decision's and the aligners' definitions.
     """
     syntax.read.cache_clear()  # a fresh read of every file: the tree may have changed since the last census
     syntax.parse.cache_clear()
@@ -60,10 +69,20 @@ def take(src: VllmSource) -> Census:
     if not files:
         raise CensusError(f"census: no Python source under {src.root}")
     found = builders.find_builders(src, files)
-    tuned_records, unparsed = tuned.tuned_files(src)
-    grouped = tuned.grouped(tuned_records, tuned.looked_up_dtypes(src))
-    activation_records = catalog.activations(src)
-    site_params = sites.callee_params(src)
+    tuned_files = tuned.tuned_files(src)
+    dtypes = tuned.looked_up_dtypes(src)
+    return files, found, tuned_files, dtypes, catalog.activations(src), sites.callee_params(src)
+
+
+def take(src: VllmSource) -> Census:
+    """Read one installed vLLM (see the package docstring).
+
+    What a release must have is looked for first (``preflight``), so a tree the census
+    cannot read fails in about a second, before the model files are parsed.
+    """
+    pre = preflight(src)
+    files, found, (tuned_records, unparsed), dtypes, activation_records, site_params = pre
+    grouped = tuned.grouped(tuned_records, dtypes)
     index = ConfigIndex(src)
     layer_records = layers.find_layers(src, found, files, index, Architectures(src))
     if not layer_records:
