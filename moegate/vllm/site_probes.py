@@ -91,6 +91,7 @@ def k2_horizon(target: VllmTarget, case: MoECase) -> Observation:
 
 def dots3_vision(target: VllmTarget, case: MoECase) -> Observation:
     """``note_vision_fused_moe_fp8``: bfloat16 input, fp8 weights in 128 x 128 blocks, no expert map."""
+    dev = target.device
     if case.expert_map is not None or case.dtype != "bfloat16":
         raise ValueError("the dots3 vision MoE takes bfloat16 inputs and no expert map")
     mod = _module(target, DOTS3_VISION, alone=True)
@@ -98,13 +99,15 @@ def dots3_vision(target: VllmTarget, case: MoECase) -> Observation:
     fp8 = torch.float8_e4m3fn
     rows, k, n = case.w13_rows, case.hidden, case.intermediate
     e = case.local_experts
-    w13 = target.mark(torch.empty((1, 1, k), dtype=fp8).expand(e, rows, k), case.placement.w13_host)
-    w2 = target.mark(torch.empty((1, 1, n), dtype=fp8).expand(e, k, n), case.placement.w2_host)
-    s13 = torch.ones((e, -(-rows // FP8_BLOCK), -(-k // FP8_BLOCK)))
-    s2 = torch.ones((e, -(-k // FP8_BLOCK), -(-n // FP8_BLOCK)))
+    w13 = target.mark(torch.empty((1, 1, k), dtype=fp8, device=dev).expand(e, rows, k), case.placement.w13_host)
+    w2 = target.mark(torch.empty((1, 1, n), dtype=fp8, device=dev).expand(e, k, n), case.placement.w2_host)
+    s13 = torch.ones((e, -(-rows // FP8_BLOCK), -(-k // FP8_BLOCK)), device=dev)
+    s2 = torch.ones((e, -(-k // FP8_BLOCK), -(-n // FP8_BLOCK)), device=dev)
 
     def quantize(x: torch.Tensor, group: int, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.empty(x.shape, dtype=fp8), torch.ones((x.shape[0], -(-x.shape[-1] // group)))
+        return torch.empty(x.shape, dtype=fp8, device=x.device), torch.ones(
+            (x.shape[0], -(-x.shape[-1] // group)), device=x.device
+        )
 
     real = mod.per_token_group_quant_fp8
     mod.per_token_group_quant_fp8 = quantize  # a GPU kernel before the decision; restored below
@@ -118,16 +121,20 @@ def dots3_vision(target: VllmTarget, case: MoECase) -> Observation:
 
 def marlin(target: VllmTarget, case: MoECase) -> Observation:
     """``fused_marlin_moe`` with 4-bit (uint4b8) weights, stopped at its alignment."""
+    dev = target.device
     mod = _module(target, MARLIN)
     scalar_types = importlib.import_module("vllm.scalar_type").scalar_types
     t = decision_tensors(case, target.device)
     e, k, n = case.local_experts, case.hidden, case.intermediate
     if k % 16 or n % 16:
         raise ValueError("Marlin tiles K and N by 16")
-    w1 = target.mark(torch.zeros((e, k // 16, 2 * n * 2), dtype=torch.int32), case.placement.w13_host)
-    w2 = target.mark(torch.zeros((e, n // 16, 2 * k), dtype=torch.int32), case.placement.w2_host)
-    hidden = torch.zeros((case.num_tokens, k), dtype=torch.bfloat16)
-    scales = torch.ones((e, 1, 2 * n), dtype=torch.bfloat16), torch.ones((e, 1, k), dtype=torch.bfloat16)
+    w1 = target.mark(torch.zeros((e, k // 16, 2 * n * 2), dtype=torch.int32, device=dev), case.placement.w13_host)
+    w2 = target.mark(torch.zeros((e, n // 16, 2 * k), dtype=torch.int32, device=dev), case.placement.w2_host)
+    hidden = torch.zeros((case.num_tokens, k), dtype=torch.bfloat16, device=dev)
+    scales = (
+        torch.ones((e, 1, 2 * n), dtype=torch.bfloat16, device=dev),
+        torch.ones((e, 1, k), dtype=torch.bfloat16, device=dev),
+    )
     return target.observe(
         lambda: mod.fused_marlin_moe(
             hidden,
@@ -148,14 +155,15 @@ def marlin(target: VllmTarget, case: MoECase) -> Observation:
 
 def mxfp8_native(target: VllmTarget, case: MoECase) -> Observation:
     """``fused_moe_mxfp8_native`` (fp8 weights with 32-wide scales), stopped at its alignment."""
+    dev = target.device
     mod = _module(target, MXFP8_NATIVE)
     t = decision_tensors(case, target.device)
     fp8 = torch.float8_e4m3fn
     e, rows, k, n = case.local_experts, case.w13_rows, case.hidden, case.intermediate
-    w13 = target.mark(torch.empty((1, 1, k), dtype=fp8).expand(e, rows, k), case.placement.w13_host)
-    w2 = target.mark(torch.empty((1, 1, n), dtype=fp8).expand(e, k, n), case.placement.w2_host)
-    s13 = torch.empty((1, 1, k // 32), dtype=torch.uint8).expand(e, rows, k // 32)
-    s2 = torch.empty((1, 1, n // 32), dtype=torch.uint8).expand(e, k, n // 32)
+    w13 = target.mark(torch.empty((1, 1, k), dtype=fp8, device=dev).expand(e, rows, k), case.placement.w13_host)
+    w2 = target.mark(torch.empty((1, 1, n), dtype=fp8, device=dev).expand(e, k, n), case.placement.w2_host)
+    s13 = torch.empty((1, 1, k // 32), dtype=torch.uint8, device=dev).expand(e, rows, k // 32)
+    s2 = torch.empty((1, 1, n // 32), dtype=torch.uint8, device=dev).expand(e, k, n // 32)
     hidden = t.hidden_states.to(torch.bfloat16)
     return target.observe(
         lambda: mod.fused_moe_mxfp8_native(
@@ -178,15 +186,19 @@ def mxfp8_native(target: VllmTarget, case: MoECase) -> Observation:
 
 def batched_marlin(target: VllmTarget, case: MoECase) -> Observation:
     """``batched_fused_marlin_moe``: each expert's tokens in its own batch row; stopped at its alignment."""
+    dev = target.device
     mod = _module(target, MARLIN)
     scalar_types = importlib.import_module("vllm.scalar_type").scalar_types
     e, k, n = case.local_experts, case.hidden, case.intermediate
     per_expert = max(1, case.num_tokens)
-    hidden = torch.zeros((e, per_expert, k), dtype=torch.bfloat16)
-    counts = torch.full((e,), min(per_expert, case.num_tokens), dtype=torch.int32)
-    w1 = target.mark(torch.zeros((e, k // 16, 2 * n * 2), dtype=torch.int32), case.placement.w13_host)
-    w2 = target.mark(torch.zeros((e, n // 16, 2 * k), dtype=torch.int32), case.placement.w2_host)
-    scales = torch.ones((e, 1, 2 * n), dtype=torch.bfloat16), torch.ones((e, 1, k), dtype=torch.bfloat16)
+    hidden = torch.zeros((e, per_expert, k), dtype=torch.bfloat16, device=dev)
+    counts = torch.full((e,), min(per_expert, case.num_tokens), dtype=torch.int32, device=dev)
+    w1 = target.mark(torch.zeros((e, k // 16, 2 * n * 2), dtype=torch.int32, device=dev), case.placement.w13_host)
+    w2 = target.mark(torch.zeros((e, n // 16, 2 * k), dtype=torch.int32, device=dev), case.placement.w2_host)
+    scales = (
+        torch.ones((e, 1, 2 * n), dtype=torch.bfloat16, device=dev),
+        torch.ones((e, 1, k), dtype=torch.bfloat16, device=dev),
+    )
     return target.observe(
         lambda: mod.batched_fused_marlin_moe(
             hidden, counts, w1, w2, None, None, *scales, quant_type_id=scalar_types.uint4b8.id
@@ -197,17 +209,18 @@ def batched_marlin(target: VllmTarget, case: MoECase) -> Observation:
 
 def nvfp4_emulation(target: VllmTarget, case: MoECase) -> Observation:
     """``Nvfp4QuantizationEmulationTritonExperts.apply`` on packed nvfp4 placeholders, stopped at its alignment."""
+    dev = target.device
     mod = _module(target, NVFP4_EMULATION)
     cfgmod = importlib.import_module(names.FUSED_MOE_CONFIG)
     e, k, n = case.local_experts, case.hidden, case.intermediate
-    one = torch.ones(e)
+    one = torch.ones(e, device=dev)
     quant = cfgmod.nvfp4_moe_quant_config(
         g1_alphas=one,
         g2_alphas=one,
         a1_gscale=one,
         a2_gscale=one,
-        w1_scale=torch.ones(e, 2 * n, k // 16),
-        w2_scale=torch.ones(e, k, n // 16),
+        w1_scale=torch.ones(e, 2 * n, k // 16, device=dev),
+        w2_scale=torch.ones(e, k, n // 16, device=dev),
     )
     moe = cfgmod.FusedMoEConfig(
         num_experts=case.num_experts,
@@ -225,13 +238,13 @@ def nvfp4_emulation(target: VllmTarget, case: MoECase) -> Observation:
     )
     experts = mod.Nvfp4QuantizationEmulationTritonExperts(moe, quant)
     t = decision_tensors(case, target.device)
-    w1 = target.mark(torch.zeros((e, 2 * n, k // 2), dtype=torch.uint8), case.placement.w13_host)
-    w2 = target.mark(torch.zeros((e, k, n // 2), dtype=torch.uint8), case.placement.w2_host)
+    w1 = target.mark(torch.zeros((e, 2 * n, k // 2), dtype=torch.uint8, device=dev), case.placement.w13_host)
+    w2 = target.mark(torch.zeros((e, k, n // 2), dtype=torch.uint8, device=dev), case.placement.w2_host)
     m, cols = case.num_tokens, case.topk_columns
-    ws13 = torch.empty(m * cols * max(2 * n, k), dtype=torch.bfloat16)
-    ws2 = torch.empty(m * cols * max(2 * n, k), dtype=torch.bfloat16)
-    out = torch.zeros((m, k), dtype=torch.bfloat16)
-    hidden = torch.zeros((m, k), dtype=torch.bfloat16)
+    ws13 = torch.empty(m * cols * max(2 * n, k), dtype=torch.bfloat16, device=dev)
+    ws2 = torch.empty(m * cols * max(2 * n, k), dtype=torch.bfloat16, device=dev)
+    out = torch.zeros((m, k), dtype=torch.bfloat16, device=dev)
+    hidden = torch.zeros((m, k), dtype=torch.bfloat16, device=dev)
     silu = target.fm.MoEActivation.SILU
     return target.observe(
         lambda: experts.apply(

@@ -122,6 +122,12 @@ def render(census: Census) -> str:
     return header + "".join(json.dumps(r, sort_keys=True) + "\n" for r in census.records)
 
 
+def stamp(text: str, field: str) -> str | None:
+    """A header field of a census golden (``vllm``, ``transformers``, ``census code``)."""
+    prefix = f"# {field}: "
+    return next((line[len(prefix) :].strip() for line in text.splitlines() if line.startswith(prefix)), None)
+
+
 def parse_golden(text: str) -> list[dict[str, Any]]:
     """The records of a census golden's body."""
     return [json.loads(line) for line in golden.body(text).splitlines() if line.strip()]
