@@ -12,6 +12,7 @@ reviewed. The census reads vLLM's files and imports nothing from it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -28,12 +29,12 @@ def installed() -> tuple[str, census.Census]:
 
 
 def test_census_matches_the_reviewed_golden_of_the_installed_release(installed, bless):
-    """The whole census, held to its release's golden where the transformers release beside vLLM is the golden's.
+    """The whole census, held to its release's golden; beside another transformers, all but what it pins.
 
-    The values config classes pin (shapes, limits, shared counts) come partly from
-    transformers: another release of it (a GPU machine's image, vLLM installed without
-    it) changes them without vLLM changing, so the comparison is skipped there with the
-    reason; the next test still holds the dispatch sites, which owe transformers nothing.
+    The values config classes pin (the layers' ``values``, the ``shape`` lines) come partly
+    from transformers: another release of it (a GPU machine's image, vLLM installed
+    without it) changes them without vLLM changing. There every other line is still held
+    to the golden, and the mismatch names the two transformers releases.
     """
     version, taken = installed
     path = census.golden_path(version)
@@ -43,15 +44,37 @@ def test_census_matches_the_reviewed_golden_of_the_installed_release(installed, 
             f"no census golden for vLLM {version} (reviewed releases: {reviewed}); its dispatch sites are held to "
             f"the newest reviewed release's by the next test; `{census.BLESS}` writes one to review"
         )
+    _hold(version, taken, bless)
+
+
+def _hold(version: str, taken: census.Census, bless: bool = False) -> None:
+    path = census.golden_path(version)
     if path.exists() and not bless:
-        want = census.stamp(path.read_text(), "transformers")
-        got = taken.transformers or "absent"
-        if want != got:
-            pytest.skip(
-                f"the golden of vLLM {version} was taken beside transformers {want}, this vLLM sits beside {got}: "
-                "config-class values would differ without vLLM differing; the dispatch sites are still checked"
+        text = path.read_text()
+        want_tf, got_tf = census.stamp(text, "transformers"), taken.transformers or "absent"
+        if want_tf != got_tf:
+            want = census.without_transformers(census.parse_golden(text))
+            got = census.without_transformers(taken.records)
+            diff = sorted(set(want) ^ set(got))
+            assert not diff, (
+                f"vLLM {version}'s census differs from {path} beyond what transformers pins (golden taken beside "
+                f"transformers {want_tf}, this vLLM sits beside {got_tf}):\n"
+                + "\n".join(("- " if d in want else "+ ") + d for d in diff[:40])
             )
+            return
     golden.check(census.golden_name(version), census.render(taken), bless=bless, hint=census.BLESS)
+
+
+def test_beside_another_transformers_everything_but_its_values_is_still_held(installed):
+    """The branch above, exercised: the same census as if beside another transformers passes, a changed site fails."""
+    version, taken = installed
+    if not census.golden_path(version).exists():
+        pytest.skip(f"no census golden for vLLM {version}")
+    elsewhere = dataclasses.replace(taken, transformers="another")
+    _hold(version, elsewhere)
+    changed = tuple(dict(r, reason="changed") if r["kind"] == "site" else r for r in taken.records)
+    with pytest.raises(AssertionError, match="beyond what transformers pins"):
+        _hold(version, dataclasses.replace(elsewhere, records=changed))
 
 
 def test_dispatch_sites_are_the_reviewed_ones(installed):

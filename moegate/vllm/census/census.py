@@ -10,6 +10,7 @@ JSON object a line, sorted, keys sorted. Kinds, in order: ``builder``, ``layer``
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,20 @@ def stamp(text: str, field: str) -> str | None:
     """A header field of a census golden (``vllm``, ``transformers``, ``census code``)."""
     prefix = f"# {field}: "
     return next((line[len(prefix) :].strip() for line in text.splitlines() if line.startswith(prefix)), None)
+
+
+TRANSFORMERS_DERIVED = ("values", "config_classes")
+"""Layer fields read from config classes (transformers' among them); ``shape`` lines are derived from them."""
+
+
+def without_transformers(records: Iterable[dict[str, Any]]) -> list[str]:
+    """The census lines that owe nothing to the transformers release beside vLLM, as sorted JSON text."""
+    out = []
+    for rec in records:
+        if rec["kind"] == "shape":
+            continue
+        out.append(json.dumps({k: v for k, v in rec.items() if k not in TRANSFORMERS_DERIVED}, sort_keys=True))
+    return sorted(out)
 
 
 def parse_golden(text: str) -> list[dict[str, Any]]:

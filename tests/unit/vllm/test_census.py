@@ -215,3 +215,11 @@ def test_census_goldens_are_sorted_one_configuration_a_line_and_stamped():
         records = [json.loads(line) for line in lines]
         assert [census._key(r) for r in records] == sorted(census._key(r) for r in records), f"{path} is not sorted"
         assert all(json.dumps(r, sort_keys=True) == line for r, line in zip(records, lines))
+
+
+def test_without_transformers_drops_exactly_what_config_classes_pin():
+    _, records = _newest()
+    kept = census.without_transformers(records)
+    assert len(kept) == sum(1 for r in records if r["kind"] != "shape")
+    assert not any('"values"' in line or '"config_classes"' in line for line in kept)
+    assert any('"kind": "site"' in line for line in kept) and any('"kind": "layer"' in line for line in kept)
