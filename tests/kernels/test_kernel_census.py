@@ -1,9 +1,9 @@
 """What the census adds to the kernel tier: activations and their limits, biases, the census's K and N, and
 calls at the kernel's 32-bit index boundary, each against the torch reference on a CUDA GPU.
 
-Kept to few Triton variants (the tier runs in minutes from a cold cache): two census
-shapes (``CENSUS_SHAPES``: gpt-oss-20b at TP4, Qwen1.5-MoE at TP8, K and N not multiples
-of 128), biased quantized weights at one existing shape, and one boundary shape. Every
+Kept to few Triton variants (the tier runs in minutes from a cold cache): one census
+shape (``CENSUS_SHAPES``: gpt-oss-120b at TP4, K 2880 and N 720, neither a multiple of 128),
+biased quantized weights at one existing shape, and one boundary shape. Every
 check is the reference's tolerance rule (``moegate.kernels.reference``), plus the path the
 spec requires and, for the toggled placement, bitwise equality of the two paths.
 """
@@ -48,7 +48,7 @@ def test_census_activations_biases_and_shapes_match_the_reference(cuda_target, b
 def test_naive_and_sorted_agree_bitwise_with_biases_and_clamps(cuda_target, bank, entrypoint, data):
     """Residency toggles the path (naive region, census shapes): both outputs within tolerance and equal."""
     case = data.draw(census_kernel_cases(entrypoint, placement=DEVICE, bias=True), label="case")
-    case = replace(case, num_tokens=1)  # 1 * top-4 * 4 <= 32: the naive region at both shapes
+    case = replace(case, num_tokens=1)  # 1 * top-4 * 4 <= 128 experts: the naive region
     host = data.draw(HOST, label="host placement")
     naive = run_checked(cuda_target, bank, case, entrypoint)
     sorted_ = run_checked(cuda_target, bank, replace(case, placement=host), entrypoint)
