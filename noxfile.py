@@ -19,6 +19,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent))  # nox puts no folder on sys.path; tooling/ is beside this file
 from tooling import nox_builds as builds
 from tooling import nox_envs as envs
+from tooling import serving
 
 nox.needs_version = ">=2024.10.9"
 nox.options.sessions = ["gate"]  # every session: python=False, in environments of its own (envs.shared_env)
@@ -114,10 +115,33 @@ def meta_base_fails(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def gate(session: nox.Session) -> None:
-    """The main job: every tier this machine can run against the PR build (default 0.33.0); kernels need a GPU."""
+    """The main job: `moegate gate` on the PR build (default 0.33.0): dispatch, and kernels on a GPU; args to it."""
     py, rest = _vllm(session)
-    REPORTS.mkdir(exist_ok=True)
-    _pytest(session, py, "tests/dispatch", "tests/kernels", f"--junitxml={REPORTS / 'gate.xml'}", *rest)
+    session.run(py, "-m", "moegate", "gate", f"--vllm-python={py}", *rest, external=True)
+
+
+@nox.session(name="builds", python=False)
+def leg_builds(session: nox.Session) -> None:
+    """A GPU leg's interpreters and model, built once, as JSON for `python -m tooling.ci.gpu_leg`:
+    `-- --tier=kernels|e2e|ab --pr=SPEC [--base=SPEC] [--model=random|trained|DIR] --json=FILE`."""
+    opts, rest = builds.take(session.posargs, "tier", "base", "pr", "model", "json", error=session.error)
+    if rest or not {"tier", "pr", "json"} <= set(opts) or opts["tier"] not in ("kernels", "e2e", "ab"):
+        session.error("nox -s builds -- --tier=kernels|e2e|ab --pr=SPEC [--base=SPEC] [--model=NAME|DIR] --json=FILE")
+    found = {"pr": builds.build_python(session, opts["pr"]), "pr_spec": opts["pr"]}
+    if opts["tier"] != "kernels":
+        base = opts.get("base", opts["pr"])
+        found.update(base=builds.build_python(session, base), base_spec=base)
+        model = opts.get("model", "random")
+        named = {"random": lambda: builds.tiny_model(session, found["base"]), "trained": builds.trained_model}
+        found.update(model=str(named[model]()) if model in named else model, model_name=model)
+    if opts["tier"] == "e2e":
+        found["driver"] = str(envs.shared_env(session, "_e2e", envs.E2E_DRIVER_DEPS))
+        found["eval"] = str(envs.shared_env(session, "_eval", envs.EVAL_DEPS))
+    if opts["tier"] == "ab":
+        found["driver"] = str(envs.unit_python(session, envs.UNIT_PYTHONS[0]))
+    Path(opts["json"]).parent.mkdir(parents=True, exist_ok=True)
+    Path(opts["json"]).write_text(json.dumps(found, indent=1) + "\n")
+    session.log(f"builds: {opts['json']}: {json.dumps(found)}")
 
 
 @nox.session(python=False)
@@ -154,10 +178,10 @@ def _e2e(session: nox.Session, gates: str, posargs: list[str], bless: bool = Fal
     model = str(builds.trained_model()) if model == "trained" else model  # the committed trained tiny model
     args = [
         "-m", "moegate.e2e", "run", f"--base={base}", f"--pr={pr}", f"--model={model}", f"--gates={gates}",
-        f"--server-args={builds.server_args()}", f"--eval-python={eval_py}",
+        f"--server-args={serving.server_args()}", f"--eval-python={eval_py}",
         f"--out={REPORTS / 'e2e-run'}", f"--report={REPORTS / 'e2e.md'}", *rest, *(["--bless"] if bless else []),
     ]  # fmt: skip
-    session.run(str(driver), *args, env=builds.cpu_server_env(), external=True)
+    session.run(str(driver), *args, env=serving.cpu_server_env(), external=True)
     builds.step_summary(REPORTS / "e2e.md")
 
 
@@ -225,7 +249,7 @@ def ab_smoke(session: nox.Session) -> None:
     shutil.rmtree(out, ignore_errors=True)
     args = [
         f"--base-python={vllm_py}", f"--base-label={BASE}", f"--pr-python={vllm_py}", f"--pr-label={BASE}",
-        f"--model={model}", f"--server-args={builds.server_args('1,2,4')}", f"--out={out}", *builds.AB_SMOKE,
+        f"--model={model}", f"--server-args={serving.server_args('1,2,4')}", f"--out={out}", *builds.AB_SMOKE,
     ]  # fmt: skip
     session.run(str(driver_py), "-m", "moegate.ab", *args, env=builds.ab_smoke_env(), external=True)
 
@@ -240,7 +264,7 @@ def ab(session: nox.Session) -> None:
     args = [
         f"--base-python={base}", f"--base-label={opts['base']}", f"--pr-python={pr}", f"--pr-label={opts['pr']}",
         f"--model={opts.get('model') or builds.tiny_model(session, base)}",
-        f"--server-args={builds.server_args(builds.given(rest, '--concurrency') or '1,2,3,4,8,16', graphs=True)}",
+        f"--server-args={serving.server_args(builds.given(rest, '--concurrency') or '1,2,3,4,8,16', graphs=True)}",
         *([] if builds.given(rest, "--dataset-path") else ["--random-input-len=128"]),
     ]  # fmt: skip
     driver_py = envs.unit_python(session, envs.UNIT_PYTHONS[0])

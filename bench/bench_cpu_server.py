@@ -24,7 +24,7 @@ from pathlib import Path
 
 from moegate.serve.build import Build
 from moegate.serve.server import Server
-from tooling.nox_builds import CPU_SERVER_ARGS, CPU_SERVER_ENV
+from tooling.serving import CPU_SERVER_ARGS, CPU_SERVER_ENV
 
 VARIANTS = {"vLLM's defaults": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "CPU_SERVER_ENV": CPU_SERVER_ENV}
 TICKS = os.sysconf("SC_CLK_TCK")

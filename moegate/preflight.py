@@ -1,13 +1,17 @@
 """Runner preflight: can this machine run the GPU tiers, and what does it measure?
 
-    moegate preflight [--json FILE] [--need-pinned-gib G] [--need-disk-gib G] [--disk-path DIR] [--uva-gib G]
+    moegate preflight [--json FILE] [--checks driver,gpu,disk] [--model DIR]... [--need-pinned-gib G]
+                      [--need-disk-gib G] [--disk-path DIR] [--uva-gib G]
 
-The first step of every GPU leg. Each check prints one line (``ok``, ``FAIL`` or ``info``) and the run
+The first step of every GPU leg (``tooling/ci/gpu_leg.py preflight``; ``--checks driver,disk`` before the leg's
+environments are built, with any Python: no torch needed). Each check prints one line (``ok``, ``FAIL`` or ``info``) and the run
 exits 0 only when every check passed; a failing check's line names the cause. ``--json`` writes the whole
 report (the contract the A/B reads: ``uva_read_gbps`` feeds its evidence columns instead of a constant).
 
 What it checks and measures, and why:
 
+- **driver**: the NVIDIA driver lists a GPU (``nvidia-smi``), its name and memory: no torch needed, so it can run
+  before any environment is built. Not a default check: ``gpu`` below says the same through torch.
 - **gpu**: a CUDA device torch can use, its name and memory. Without one no GPU tier runs.
 - **pcie**: the link generation and width as the driver reports them (NVML through ``nvidia-ml-py``, else
   ``nvidia-smi``, else the PCI device's sysfs files), read *after* the bandwidth measurement: an idle link
@@ -22,8 +26,11 @@ What it checks and measures, and why:
   expert weight it moves (up to ``--cpu-offload-gb``, but never more than the model's experts), so the need is
   the largest model's expert bytes: the A/B's wide model holds 4 layers x 128 experts x 3 x 2048 x 768
   bf16 = 4.83 GB = 4.5 GiB of experts; pinned allocations round each one up, and two servers of a pair may
-  overlap at a hand-over, hence the default of 8 GiB. Checked by pinning it (1-GiB pieces, released at once),
-  after comparing with ``MemAvailable`` so that an impossible request fails without touching memory.
+  overlap at a hand-over, hence the default of 8 GiB. ``--model DIR`` (repeatable) makes the need follow what the
+  legs will load instead: twice each model's expert bytes (a pair's two servers hold theirs at once; the e2e tier
+  serves both builds together, the A/B hands over), read from its ``config.json``; ``--need-pinned-gib`` is added to
+  that (a kernel leg's own pinned weights beside the e2e legs). Checked by pinning it (1-GiB pieces, released at
+  once), after comparing with ``MemAvailable`` so that an impossible request fails without touching memory.
 - **disk**: free space where the environments live (``$MOEGATE_ENV_DIR``, else ``~/.cache``): two vLLM
   environments of about 9.4 GB each (``results/environments.md``), the models and the runs' files: 30 GiB.
 """
@@ -43,8 +50,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from moegate.ab.evidence import MoEShape
+
 DEFAULT_PINNED_GIB = 8.0
 DEFAULT_DISK_GIB = 30.0
+CHECKS = ("driver", "gpu", "disk")
 GIB = 1 << 30
 # sysfs names the link speed in GT/s; each PCIe generation doubles it (gen 3 from 8 on, with 128b/130b coding)
 GT_PER_S_TO_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
@@ -127,8 +137,8 @@ def pcie_link(bus_id: str | None) -> tuple[dict[str, int], str]:
             return link, "NVML"
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no NVML binding or no driver: the next source answers
-        pass
+    except Exception as exc:  # noqa: BLE001 - no NVML binding or no driver: the next source answers
+        del exc
     smi = shutil.which("nvidia-smi")
     if smi:
         query = "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max"
@@ -243,13 +253,67 @@ def check_disk(report: Report, path: Path, need_gib: float, out: Callable[[str],
         report.add("disk", "FAIL", f"{free:.1f} GiB free at {path}, the environments need {need_gib:g} GiB", out)
 
 
+def model_pinned_gib(model: str | Path) -> float:
+    """Twice the expert bytes of ``model`` (a folder with a Qwen3-MoE-like ``config.json``), in GiB; PreflightError."""
+    shape = MoEShape.from_config(model)
+    if shape is None:
+        raise PreflightError(
+            f"--model {model}: no MoE config.json there (num_experts, hidden_size, moe_intermediate_size)"
+        )
+    return 2 * shape.layers * shape.experts * shape.expert_bytes / GIB
+
+
+def pinned_need(models: Sequence[str | Path], given: float | None) -> tuple[float, str]:
+    """The pinned host memory the legs need (GiB) and how it was reckoned: ``--model``s and ``--need-pinned-gib``."""
+    if not models:
+        need = DEFAULT_PINNED_GIB if given is None else given
+        return need, "given" if given is not None else "the default: the A/B's wide model, two servers"
+    parts = [(Path(m).name, model_pinned_gib(m)) for m in models]
+    need = sum(g for _, g in parts) + (given or 0.0)
+    why = " + ".join(f"2 x {name}'s experts ({g:.3f})" for name, g in parts)
+    return need, why + (f" + {given:g} given" if given else "")
+
+
+def parse_smi_gpu(text: str) -> tuple[str, float]:
+    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits`` -> (first GPU's name, GiB)."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    name, _, mib = first.rpartition(",")
+    try:
+        return name.strip(), float(mib) / 1024
+    except ValueError:
+        raise ValueError(f"unexpected nvidia-smi output: {first!r}") from None
+
+
+def check_driver(report: Report, out: Callable[[str], None]) -> None:
+    """The NVIDIA driver lists a GPU: ``nvidia-smi``, no torch."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        report.add("driver", "FAIL", "no NVIDIA driver here: nvidia-smi is not on PATH, so no GPU tier can run", out)
+        return
+    try:
+        done = subprocess.run(
+            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        name, gib = parse_smi_gpu(done.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        report.add("driver", "FAIL", f"nvidia-smi lists no usable GPU ({why})", out)
+        return
+    report.facts.setdefault("gpu", name)
+    report.facts.setdefault("gpu_memory_gib", round(gib, 1))
+    report.add("driver", "ok", f"{name}, {gib:.1f} GiB (nvidia-smi)", out)
+
+
 def check_gpu(report: Report, opts: argparse.Namespace, out: Callable[[str], None]) -> None:
     """gpu, uva, pcie and pinned: each needs torch with a CUDA device, so one failure there fails them all."""
     try:
         import torch  # the GPU checks need torch; the disk check does not
     except ImportError:
         for name in ("gpu", "uva", "pinned"):
-            report.add(name, "FAIL", "torch is not importable in this Python (run preflight in a vLLM environment)", out)
+            report.add(
+                name, "FAIL", "torch is not importable in this Python (run preflight in a vLLM environment)", out
+            )
         return
     if not torch.cuda.is_available():
         why = "no CUDA GPU: torch.cuda.is_available() is False"
@@ -280,16 +344,21 @@ def check_gpu(report: Report, opts: argparse.Namespace, out: Callable[[str], Non
     else:
         report.add("pcie", "info", "link not reported (no NVML, nvidia-smi or sysfs entry)", out)
     available = mem_available_gib()
+    report.facts["pinned_need_gib"] = round(opts.need_pinned_gib, 3)
     if available is not None and available < opts.need_pinned_gib:
         report.facts["pinnable_gib"] = 0.0
         report.add(
-            "pinned", "FAIL", f"{available:.1f} GiB of host memory available, the offload needs {opts.need_pinned_gib:g}", out
+            "pinned",
+            "FAIL",
+            f"{available:.1f} GiB of host memory available, the offload needs {opts.need_pinned_gib:g}",
+            out,
         )
         return
     pinned, seconds = pin(torch, opts.need_pinned_gib)
     report.facts["pinnable_gib"] = round(pinned, 2)
     if pinned >= opts.need_pinned_gib:
-        report.add("pinned", "ok", f"pinned {pinned:g} GiB in {seconds:.1f} s (the offloading tiers need {opts.need_pinned_gib:g})", out)
+        text = f"pinned {pinned:.3g} GiB in {seconds:.1f} s (the offloading tiers need {opts.need_pinned_gib:.3g}: {opts.pinned_why})"
+        report.add("pinned", "ok", text, out)
     else:
         report.add(
             "pinned",
@@ -302,7 +371,13 @@ def check_gpu(report: Report, opts: argparse.Namespace, out: Callable[[str], Non
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="moegate preflight", description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the report here (the A/B's --preflight reads it)")
-    ap.add_argument("--need-pinned-gib", type=float, default=DEFAULT_PINNED_GIB)
+    ap.add_argument("--checks", default="gpu,disk", help="comma list of driver, gpu, disk (default gpu,disk)")
+    ap.add_argument("--model", action="append", default=[], help="a model the legs serve (repeat): the pinned need")
+    ap.add_argument(
+        "--need-pinned-gib",
+        type=float,
+        help=f"pinned GiB the legs need (default {DEFAULT_PINNED_GIB:g}; added to --model's)",
+    )
     ap.add_argument("--need-disk-gib", type=float, default=DEFAULT_DISK_GIB)
     ap.add_argument("--disk-path", type=Path, help="where the environments go (default: $MOEGATE_ENV_DIR or ~/.cache)")
     ap.add_argument("--uva-gib", type=float, default=1.0, help="GiB read per bandwidth measurement")
@@ -314,13 +389,23 @@ def run(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -
     """Every check, each printed through ``out`` as it completes; the report and the parsed options."""
     opts = parser().parse_args(argv)
     for name in ("need_pinned_gib", "need_disk_gib", "uva_gib"):
-        if getattr(opts, name) < 0 or (name == "uva_gib" and opts.uva_gib == 0):
-            raise PreflightError(f"--{name.replace('_', '-')} must be positive, not {getattr(opts, name)}")
+        value = getattr(opts, name)
+        if value is not None and (value < 0 or (name == "uva_gib" and value == 0)):
+            raise PreflightError(f"--{name.replace('_', '-')} must be positive, not {value}")
     if opts.repeats < 1:
         raise PreflightError(f"--repeats must be at least 1, not {opts.repeats}")
+    checks = [c.strip() for c in opts.checks.split(",") if c.strip()]
+    unknown = [c for c in checks if c not in CHECKS]
+    if unknown or not checks:
+        raise PreflightError(f"--checks {opts.checks!r}: choose from {', '.join(CHECKS)}")
+    opts.need_pinned_gib, opts.pinned_why = pinned_need(opts.model, opts.need_pinned_gib)
     report = Report()
-    check_gpu(report, opts, out)
-    check_disk(report, opts.disk_path or disk_root(), opts.need_disk_gib, out)
+    if "driver" in checks:
+        check_driver(report, out)
+    if "gpu" in checks:
+        check_gpu(report, opts, out)
+    if "disk" in checks:
+        check_disk(report, opts.disk_path or disk_root(), opts.need_disk_gib, out)
     return report, opts
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +55,45 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(tier)
 
 
+VLLM_FIXTURES = frozenset({"target", "cuda_target"})
+"""The fixtures that attach the installed vLLM: a test that uses one is a test of a vLLM tier."""
+
+
+def require_vllm() -> bool:
+    """A vLLM tier whose vLLM does not import fails, unless ``MOEGATE_REQUIRE_VLLM=0`` asks for skips instead."""
+    return os.environ.get("MOEGATE_REQUIRE_VLLM", "1").strip() != "0"
+
+
+def vllm_import_error() -> str | None:
+    """Why ``import vllm`` fails here (the exception's type and first line), or None when it imports."""
+    try:
+        import vllm  # noqa: F401 - the tiers' own import, done once here so a failure is one line
+    except Exception as exc:  # noqa: BLE001 - a dev build's import can fail with any exception
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"{type(exc).__name__}: {first}".rstrip(": ")
+    return None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A run that selected tests of a vLLM tier, where vLLM does not import, stops at once with one line and exit 1.
+
+    Without this, ``pytest tests/dispatch`` in an environment without vLLM skipped every test and exited 0: a gate
+    that passes on nothing. ``MOEGATE_REQUIRE_VLLM=0`` keeps the old skips (with their reason) for a deliberate run
+    of the whole tree in an environment without vLLM; ``--collect-only`` is never stopped."""
+    if session.config.option.collectonly or not require_vllm():
+        return
+    needing = [item for item in session.items if VLLM_FIXTURES & set(getattr(item, "fixturenames", ()))]
+    if not needing:
+        return
+    error = vllm_import_error()
+    if error is not None:
+        pytest.exit(
+            f"moegate: {len(needing)} selected tests need vLLM, and it does not import in {sys.executable}: {error} "
+            "(MOEGATE_REQUIRE_VLLM=0 skips them instead)",
+            returncode=1,
+        )
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     try:
         from moegate.vllm.environment import describe_environment
@@ -78,8 +118,8 @@ def _attach(finish: bool) -> Iterator[object]:
     try:
         t = VllmTarget(finish=finish, weights=WeightBank)
     except TargetError as exc:
-        if os.environ.get("MOEGATE_REQUIRE_VLLM") == "1":
-            pytest.fail(f"MOEGATE_REQUIRE_VLLM=1 but {exc}", pytrace=False)
+        if require_vllm():
+            pytest.fail(f"{exc} (MOEGATE_REQUIRE_VLLM=0 skips instead)", pytrace=False)
         pytest.skip(str(exc))
     if finish and not t.uva_available():
         t.close()
@@ -94,7 +134,7 @@ def _attach(finish: bool) -> Iterator[object]:
 def target() -> Iterator[object]:
     """The installed vLLM, instrumented; calls stop right after the path decision, on a CPU or a GPU.
 
-    Skips (or, under MOEGATE_REQUIRE_VLLM=1, fails) without an importable vLLM.
+    Fails without an importable vLLM (skips under MOEGATE_REQUIRE_VLLM=0).
     """
     yield from _attach(finish=False)
 

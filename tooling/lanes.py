@@ -76,7 +76,7 @@ def pytest_totals(log: str) -> dict[str, int]:
 def plan(sessions: Sequence[str], lanes: int, durations: Mapping[str, float]) -> list[list[str]]:
     """Longest processing time first: each session, longest first, to the lane with the least work.
 
-    The two server smokes may share the machine: with 1 GiB of KV cache each (``nox_builds.CPU_SERVER_ENV``) their
+    The two server smokes may share the machine: with 1 GiB of KV cache each (``serving.CPU_SERVER_ENV``) their
     servers, five at most at once, fit its memory (results/ci-time.md)."""
     lanes = max(1, min(lanes, len(sessions) or 1))
     out: list[list[str]] = [[] for _ in range(lanes)]

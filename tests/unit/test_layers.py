@@ -2,7 +2,7 @@
 
 Walked from the source with ``ast``, imports inside functions included (the kind that hid arrows before:
 ``e2e/gsm8k_output.py -> serve/recorder.py -> e2e/datasets.py``). A *room* is a package of ``moegate/``
-(``core``, ``e2e``...) or one of its top-level modules (``paths``, the front door ``__main__``); the
+(``core``, ``e2e``...) or one of its top-level modules (``paths``, ``preflight``, ``python -m moegate``'s ``__main__``); the
 strategies, at the repository's top level in ``strategies/``, are the room ``strategies`` (installed as
 ``moegate.strategies``: pyproject.toml's ``package-dir``, read here). ``LAYERS`` names them bottom to top:
 
@@ -44,8 +44,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kernels", "model"),  # the kernel tier's checks; the tiny models
     ("serve",),  # servers, builds, the client: shared by e2e and the A/B
     ("e2e", "ab", "offload"),  # the e2e gates; the A/B; offload truth's engine runs
-    ("power",),  # mutation testing of the dispatch tier
-    ("__main__",),  # the front door: `moegate repro|spec`
+    ("power", "preflight"),  # mutation testing of the dispatch tier; the runner's preflight (reads a model's shape)
+    ("cli",),  # the front door: `moegate gate|e2e|ab|sweep|preflight|...`, one module a subcommand
+    ("__main__",),  # `python -m moegate`: the front door's alias
 )
 """The rooms from the bottom up (README.md's layout says the same)."""
 

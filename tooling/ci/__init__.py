@@ -1,5 +1,7 @@
 """Helpers of the CI workflows (``.github/workflows``), runnable without installing anything.
 
 - ``gate_plan``: the reusable workflow's input checks and build specs (``python -m tooling.ci.gate_plan``).
-- ``junit_min``: the minimum of executed tests read from a JUnit report (``python -m tooling.ci.junit_min``).
+- ``gpu_leg``: one GPU leg as the ``gpu`` job and the H200 rehearsal both run it (``python -m tooling.ci.gpu_leg``).
+
+The kernel legs' floor of executed tests is ``moegate gate --min-kernel-tests`` (``moegate/core/junit.py``).
 """

@@ -1,4 +1,4 @@
-"""The CI helpers: the executed-test floor, the input check of the reusable gate, the @example line."""
+"""The CI helpers: the input check of the reusable gate, the @example line (the executed-test floor: tests/unit/cli)."""
 
 from __future__ import annotations
 
@@ -14,49 +14,7 @@ from moegate.core.case import MoECase
 from moegate.core.check import EXAMPLE_PREFIX, DispatchMismatch, assert_path, example_line
 from moegate.strategies import moe_cases
 from tests.support import ROOT
-from tooling.ci import gate_plan, junit_min
-
-# --- junit_min --------------------------------------------------------------------------
-
-
-def _junit(tmp_path: Path, cases: list[tuple[str, str | None]]) -> Path:
-    body = "".join(
-        f'<testcase classname="{cls}" name="t{i}">' + (f"<{kind} message='x'/>" if kind else "") + "</testcase>"
-        for i, (cls, kind) in enumerate(cases)
-    )
-    path = tmp_path / "r.xml"
-    path.write_text(f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
-    return path
-
-
-def test_junit_counts_executed_tests_only(tmp_path):
-    k = "tests.kernels.test_kernel_properties"
-    path = _junit(tmp_path, [(k, None), (k, "failure"), (k, "skipped"), (k, "error"), ("tests.dispatch.x", None)])
-    c = junit_min.count(path, "tests.kernels")
-    assert (c.tests, c.skipped, c.errors, c.failures, c.executed) == (4, 1, 1, 1, 2)
-    assert junit_min.count(path).executed == 3
-
-
-def test_junit_min_passes_at_the_floor(tmp_path, capsys):
-    path = _junit(tmp_path, [("tests.kernels.a", None)] * 3)
-    assert junit_min.main([str(path), "--min", "3", "--prefix", "tests.kernels"]) == 0
-    assert "3 tests under tests.kernels executed" in capsys.readouterr().out
-
-
-def test_junit_min_fails_with_one_line_when_everything_skipped(tmp_path, capsys):
-    path = _junit(tmp_path, [("tests.kernels.a", "skipped")] * 47 + [("tests.dispatch.b", None)] * 22)
-    assert junit_min.main([str(path), "--min", "40", "--prefix", "tests.kernels"]) == 1
-    err = capsys.readouterr().err.strip()
-    assert (
-        err
-        == "junit-min: only 0 tests under tests.kernels executed (47 collected, 47 skipped, 0 errors, 0 failed); at least 40 required"
-    )
-
-
-def test_junit_min_missing_report_is_its_own_exit(tmp_path, capsys):
-    assert junit_min.main([str(tmp_path / "none.xml"), "--min", "1"]) == 2
-    assert capsys.readouterr().err.startswith("junit-min: cannot read")
-
+from tooling.ci import gate_plan
 
 # --- gate_plan --------------------------------------------------------------------------
 

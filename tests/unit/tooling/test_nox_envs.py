@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support import ROOT
-from tooling import nox_builds, nox_envs
+from tooling import nox_builds, nox_envs, serving
 
 
 def _pyproject(extras: dict[str, list[str]], deps: list[str] | None = None) -> dict:
@@ -64,12 +64,31 @@ def test_pins_name_the_release_or_fail():
 
 def test_torch_index_goes_only_to_the_recipes_that_name_torch(monkeypatch):
     base, pr = (nox_envs.RELEASES[v]["install"] for v in (nox_envs.BASE_VLLM, nox_envs.PR_VLLM))
-    monkeypatch.delenv(nox_envs.TORCH_INDEX_ENV, raising=False)
+    monkeypatch.setenv(nox_envs.TORCH_INDEX_ENV, "")  # set and empty: no index
     assert nox_envs.torch_index_args(base) == [] and nox_envs.torch_index_args(nox_envs.UNIT_DEPS) == []
     monkeypatch.setenv(nox_envs.TORCH_INDEX_ENV, nox_envs.PUBLIC_TORCH_INDEX)
     want = ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
     assert nox_envs.torch_index_args(base) == want and nox_envs.torch_index_args(nox_envs.UNIT_DEPS) == want
     assert nox_envs.torch_index_args(pr) == [] and nox_envs.torch_index_args(nox_envs.LINT_TOOLS) == []
+
+
+def test_a_fresh_machine_gets_pytorchs_cpu_index_unless_pips_find_links_hold_the_cpu_torch(tmp_path):
+    """Unset, MOEGATE_TORCH_INDEX defaults to PyTorch's CPU index (a user's machine, PyPI in reach); a machine whose
+    pip already finds the CPU torch wheel on disk asks no index it may not reach; set, it is the caller's."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    on_disk = f":env:.find-links='{wheels}'\nglobal.extra-index-url='file:///opt/pypi/simple'\n"
+    assert nox_envs.torch_index({}, "") == nox_envs.PUBLIC_TORCH_INDEX == "https://download.pytorch.org/whl/cpu"
+    assert nox_envs.torch_index({}, on_disk) == nox_envs.PUBLIC_TORCH_INDEX  # the folder holds no torch yet
+    version = nox_envs.CPU_TORCH.partition("==")[2]
+    (wheels / f"torch-{version}-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    assert nox_envs.torch_index({}, on_disk) is None
+    assert nox_envs.torch_index({}, on_disk.replace(str(wheels), wheels.as_uri())) is None
+    assert (
+        nox_envs.torch_index({nox_envs.TORCH_INDEX_ENV: "https://mirror.example/cpu"}, on_disk)
+        == "https://mirror.example/cpu"
+    )
+    assert nox_envs.torch_index({nox_envs.TORCH_INDEX_ENV: " "}, "") is None
 
 
 def test_uv_is_handed_the_sources_pip_is_configured_with():
@@ -125,21 +144,21 @@ def test_builds_by_version_or_wheel_map_to_their_environments():
 
 def test_ab_default_server_args_bound_the_kv_share_and_admit_the_top_level(monkeypatch):
     """`nox -s ab` without --server-args: the e2e defaults (KV share bounded), max-num-seqs at the top level."""
-    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: None)  # a CPU machine
-    args = nox_builds.server_args("1,2,4").split()
+    monkeypatch.setattr(serving.shutil, "which", lambda name: None)  # a CPU machine
+    args = serving.server_args("1,2,4").split()
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.2"
     assert args[args.index("--max-num-seqs") + 1] == "4"
-    args = nox_builds.server_args("1,2,3,4,8,16").split()
+    args = serving.server_args("1,2,3,4,8,16").split()
     assert args[args.index("--max-num-seqs") + 1] == "16"
 
 
 def test_the_ab_smokes_cpu_servers_run_the_engine_apart_so_tokens_stream_as_decoded(monkeypatch):
-    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: None)  # a CPU machine
+    monkeypatch.setattr(serving.shutil, "which", lambda name: None)  # a CPU machine
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     env = nox_builds.ab_smoke_env()
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
     assert {k: v for k, v in env.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"} == {
-        k: v for k, v in nox_builds.cpu_server_env().items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"
+        k: v for k, v in serving.cpu_server_env().items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"
     }
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the caller's own setting is theirs
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in nox_builds.ab_smoke_env()
@@ -147,28 +166,28 @@ def test_the_ab_smokes_cpu_servers_run_the_engine_apart_so_tokens_stream_as_deco
 
 def test_the_ab_serves_with_cuda_graphs_on_a_gpu_and_stays_eager_on_a_cpu(monkeypatch):
     """`nox -s ab` serves as the change description served: no --enforce-eager on a GPU (docs/ab.md)."""
-    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: "/usr/bin/nvidia-smi")  # a GPU machine
-    assert "--enforce-eager" not in nox_builds.server_args("1,2,4", graphs=True).split()
-    assert "--enforce-eager" in nox_builds.server_args("1,2,4").split()  # the e2e tier's flags are its own
-    assert "--offload-backend" in nox_builds.server_args("1,2,4", graphs=True).split()
-    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: None)  # a CPU machine
-    assert "--enforce-eager" in nox_builds.server_args("1,2,4", graphs=True).split()
+    monkeypatch.setattr(serving.shutil, "which", lambda name: "/usr/bin/nvidia-smi")  # a GPU machine
+    assert "--enforce-eager" not in serving.server_args("1,2,4", graphs=True).split()
+    assert "--enforce-eager" in serving.server_args("1,2,4").split()  # the e2e tier's flags are its own
+    assert "--offload-backend" in serving.server_args("1,2,4", graphs=True).split()
+    monkeypatch.setattr(serving.shutil, "which", lambda name: None)  # a CPU machine
+    assert "--enforce-eager" in serving.server_args("1,2,4", graphs=True).split()
 
 
 def test_a_cpu_servers_environment_is_the_sessions_and_the_smokes_and_leaves_the_callers_alone(monkeypatch):
     """The sessions' CPU servers and the e2e smoke's own get one environment; a variable the caller set is kept."""
     from tests.support.e2e import SMOKE_ENV
 
-    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: None)  # a CPU machine
+    monkeypatch.setattr(serving.shutil, "which", lambda name: None)  # a CPU machine
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert nox_builds.cpu_server_env() == nox_builds.CPU_SERVER_ENV == SMOKE_ENV
+    assert serving.cpu_server_env() == serving.CPU_SERVER_ENV == SMOKE_ENV
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
-    assert "VLLM_CPU_KVCACHE_SPACE" not in nox_builds.cpu_server_env()
-    monkeypatch.setattr(nox_builds.shutil, "which", lambda name: "/usr/bin/nvidia-smi")  # a GPU: vLLM's defaults
-    assert nox_builds.cpu_server_env() == {}
+    assert "VLLM_CPU_KVCACHE_SPACE" not in serving.cpu_server_env()
+    monkeypatch.setattr(serving.shutil, "which", lambda name: "/usr/bin/nvidia-smi")  # a GPU: vLLM's defaults
+    assert serving.cpu_server_env() == {}
 
 
 def test_the_unit_pythons_are_the_classifiers_versions():

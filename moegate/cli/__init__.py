@@ -1,0 +1,64 @@
+"""The front door: ``moegate COMMAND ...``, one subcommand for each thing a user does.
+
+    moegate gate --vllm-python PATH | --wheel FILE | --vllm VERSION [--tiers dispatch,kernels,sweep]
+    moegate e2e run --base PY --pr PY --model DIR ...   the e2e comparison of two builds
+    moegate ab --base-python PY --pr-python PY ...      the A/B (decode time) of two builds
+    moegate sweep [--cases N] ...                       the kernel sweep (a CUDA GPU)
+    moegate preflight [--json FILE] ...                 can this runner run the GPU tiers?
+    moegate fetch-gsm8k [--dir DIR]                     GSM8K from its authors, sha256-checked
+    moegate repro '<case json>' / moegate spec '<case json>'
+    moegate census ...                                  vLLM's MoE configurations (issue 30's census)
+    moegate power --vllm-python PY ...                  the dispatch tier's mutation score
+
+Each subcommand lives in a module of its own: this package's (``gate``, ``repro``, ``spec``,
+``fetch_gsm8k``, ``census``) or the tier's command line it hands its arguments to unchanged
+(``python -m moegate.e2e`` is ``moegate e2e``, and so on). Only the subcommand that runs is
+imported, so ``moegate spec`` needs no torch and ``moegate --help`` no vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "gate": ("moegate.cli.gate", "gate one vLLM build (a Python, a wheel or a release): dispatch, kernels, sweep"),
+    "e2e": ("moegate.e2e.__main__", "compare two builds end to end: greedy tokens, scores, GSM8K (python -m moegate.e2e)"),
+    "ab": ("moegate.ab.__main__", "compare two builds' decode time a token, servers started in turn (python -m moegate.ab)"),
+    "sweep": ("moegate.kernels.sweep", "the kernel sweep: generated cases in worker processes on a CUDA GPU"),
+    "preflight": ("moegate.preflight", "check and measure this runner: GPU, PCIe, UVA read bandwidth, pinnable memory, disk"),
+    "fetch-gsm8k": ("moegate.cli.fetch_gsm8k", "download GSM8K from its authors' repository and check its sha256"),
+    "repro": ("moegate.cli.repro", "run one reported case through the installed vLLM and compare with the spec"),
+    "spec": ("moegate.cli.spec", "print the path the spec requires for a case"),
+    "census": ("moegate.cli.census", "the census of vLLM's MoE configurations (python -m moegate.vllm.census)"),
+    "power": ("moegate.power.cli", "the dispatch tier's mutation score on vLLM's dispatch code (python -m moegate.power)"),
+}  # fmt: skip
+"""Subcommand -> (the module whose ``main(argv)`` runs it, one line of help)."""
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: moegate COMMAND [ARGS...]   (moegate COMMAND --help: its options)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def entry(name: str) -> Callable[[list[str]], int | None]:
+    """The ``main`` of subcommand ``name``'s module, imported now (only the one that runs)."""
+    module = importlib.import_module(COMMANDS[name][0])  # by name: a subcommand's imports cost only when it runs
+    main: Callable[[list[str]], int | None] = module.main
+    return main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"moegate: unknown command {name!r}; known: {', '.join(COMMANDS)} (moegate --help)", file=sys.stderr)
+        return 2
+    status = entry(name)(rest)
+    return int(status or 0)

@@ -1,0 +1,221 @@
+"""``moegate gate``: gate one vLLM build, the one you have.
+
+    moegate gate --vllm-python PATH   a Python (or its venv folder) where your vLLM is installed: a venv, or a source
+                                      checkout installed editable into one (pip install -e .); nothing is installed
+    moegate gate --wheel FILE         a vLLM wheel: nox builds an environment for it once (tooling/nox_builds.py)
+    moegate gate --vllm VERSION       a vLLM release: the same, from the package registry
+        [--tiers dispatch,kernels,sweep] [--junit FILE] [--min-kernel-tests N] [--sweep-cases N] [-- PYTEST_ARGS]
+
+Runs from a moegate checkout (the tests live there). The build is asked first, in a process of its own, whether vLLM
+imports (``moegate.vllm.probe``): where it does not, the gate FAILS with one line naming the build and the import's
+error, before any tier; a skip would let a broken pull request through. Then the tiers, in one pytest run against
+the build (``MOEGATE_REQUIRE_VLLM=1``):
+
+- ``dispatch`` (``tests/dispatch``): the path at both entrypoints is the spec's; the dispatch-table golden;
+- ``kernels`` (``tests/kernels``): outputs against the torch reference, on a CUDA GPU; at least
+  ``--min-kernel-tests`` of them must have executed (read from the JUnit report), so a tier that skipped everything
+  is red;
+- ``sweep``: ``moegate sweep`` over ``--sweep-cases`` generated cases in worker processes.
+
+The default is ``dispatch``, plus ``kernels`` where the build's torch sees a CUDA GPU; asking for ``kernels`` or
+``sweep`` where it sees none is one line and exit 2. ``--wheel`` and ``--vllm`` hand the same options to
+``nox -s gate -- --vllm=SPEC``, which builds (or reuses) the environment and runs this command in it with
+``--vllm-python``: one way to build environments, the nox sessions'.
+
+Exit status: 0 every tier passed; 1 the gate failed (a tier, the kernel floor, a vLLM that does not import);
+2 bad input (one line): no such interpreter, a wheel that is not vLLM, an unknown tier, no GPU for a GPU tier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+from moegate.core.junit import count
+from moegate.paths import REPORTS_DIR, ROOT, is_checkout
+from moegate.vllm.probe import TEST_PACKAGES, probe
+from moegate.vllm.wheels import NotAVllmWheel, vllm_wheel
+
+TIERS = ("dispatch", "kernels", "sweep")
+GPU_TIERS = ("kernels", "sweep")
+KERNEL_PREFIX = "tests.kernels"
+RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+([.+-][0-9A-Za-z.]+)?$")
+
+
+class GateInputError(ValueError):
+    """Bad input: one line, exit 2."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="moegate gate",
+        description="gate one vLLM build: dispatch, kernels, sweep",
+        epilog="arguments after -- go to pytest",
+    )
+    build = p.add_mutually_exclusive_group(required=True)
+    build.add_argument("--vllm-python", metavar="PATH", help="the Python (or venv folder) of your vLLM; used as it is")
+    build.add_argument("--wheel", metavar="FILE", help="a vLLM wheel: an environment is built for it (nox, once)")
+    build.add_argument("--vllm", metavar="VERSION", help="a vLLM release: its environment is built (nox, once)")
+    p.add_argument("--tiers", help="comma list of dispatch, kernels, sweep (default: dispatch, and kernels on a GPU)")
+    p.add_argument("--label", help="the build's name in the verdict (default: its vLLM version)")
+    p.add_argument("--junit", type=Path, default=REPORTS_DIR / "gate.xml", help="the pytest run's JUnit report")
+    p.add_argument("--min-kernel-tests", type=int, default=1, help="kernel tests that must have executed (default 1)")
+    p.add_argument("--sweep-cases", type=int, default=5000, help="cases of the sweep tier (default 5000)")
+    p.add_argument("--sweep-json", type=Path, default=REPORTS_DIR / "kernel-sweep.json")
+    return p
+
+
+def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(this command's arguments, pytest's): the first ``--`` separates them."""
+    args = list(argv)
+    if "--" in args:
+        i = args.index("--")
+        return args[:i], args[i + 1 :]
+    return args, []
+
+
+def parse_tiers(text: str | None, cuda: bool) -> list[str]:
+    """The tiers asked for (or the default for a machine whose torch sees a CUDA GPU or not)."""
+    if text is None:
+        return ["dispatch", "kernels"] if cuda else ["dispatch"]
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in TIERS]
+    if not names or unknown:
+        raise GateInputError(
+            f"--tiers {text!r}: unknown tier {unknown[0]!r}" if unknown else f"--tiers {text!r}: no tier"
+        )
+    return [t for t in TIERS if t in names]
+
+
+def interpreter(path: str) -> str:
+    """``--vllm-python``: a Python, or a venv folder (its ``bin/python``), that runs."""
+    given = Path(path).expanduser()
+    py = given / "bin" / "python" if given.is_dir() else given
+    if not (py.is_file() and os.access(py, os.X_OK)):
+        raise GateInputError(f"--vllm-python {path}: no such interpreter")
+    return str(py.absolute())
+
+
+def nox_command(opts: argparse.Namespace, argv: Sequence[str]) -> list[str]:
+    """``nox -s gate -- --vllm=SPEC <this command's other options> [-- pytest args]`` for ``--wheel``/``--vllm``."""
+    spec = opts.wheel or opts.vllm
+    if opts.wheel:
+        vllm_wheel(opts.wheel)  # NotAVllmWheel: refused before an environment is built for it
+        spec = str(Path(opts.wheel).expanduser().absolute())
+    elif not RELEASE_RE.match(opts.vllm):
+        raise GateInputError(f"--vllm {opts.vllm!r}: not a release version (e.g. 0.33.0)")
+    nox = shutil.which("nox", path=str(Path(sys.executable).parent)) or shutil.which("nox")
+    if nox is None:
+        raise GateInputError(
+            "--wheel and --vllm build an environment with nox: pip install nox uv (or give --vllm-python)"
+        )
+    own, extra = split_pytest_args(argv)
+    rest, skip = [], False
+    for arg in own:  # everything but the build
+        if skip:
+            skip = False
+        elif arg in ("--wheel", "--vllm"):
+            skip = True
+        elif not arg.startswith(("--wheel=", "--vllm=")):
+            rest.append(arg)
+    return [
+        nox,
+        "-f",
+        str(ROOT / "noxfile.py"),
+        "-s",
+        "gate",
+        "--",
+        f"--vllm={spec}",
+        *rest,
+        *(["--", *extra] if extra else []),
+    ]
+
+
+def _say(line: str) -> None:
+    print(f"moegate gate: {line}", flush=True)
+
+
+def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
+    python = interpreter(opts.vllm_python)
+    if not (ROOT / "tests" / "dispatch").is_dir():
+        raise GateInputError(
+            f"runs from a moegate checkout (its tests/), and {ROOT} is none: cd there or set MOEGATE_ROOT"
+        )
+    if opts.tiers is not None:
+        parse_tiers(opts.tiers, cuda=True)  # an unknown tier is refused before vLLM is imported
+    found = probe(python, ROOT)
+    label = opts.label or python
+    if not found.imports:
+        print(f"moegate gate: FAIL: build {label} ({python}): vLLM does not import: {found.error}", file=sys.stderr)
+        return 1
+    if found.missing:
+        raise GateInputError(
+            f"build {python} lacks {', '.join(found.missing)}, which the tiers need: "
+            f"{python} -m pip install {' '.join(TEST_PACKAGES)}"
+        )
+    label = opts.label or f"vLLM {found.version}"
+    tiers = parse_tiers(opts.tiers, bool(found.cuda))
+    gpu = [t for t in tiers if t in GPU_TIERS]
+    if gpu and not found.cuda:
+        raise GateInputError(f"tier {gpu[0]} needs a CUDA GPU, and torch in {python} sees none")
+    _say(f"build {label} ({python}, vLLM {found.version}); tiers {', '.join(tiers)}")
+    if "kernels" not in tiers and not found.cuda:
+        _say("kernels: not run, torch in this build sees no CUDA GPU (on a GPU machine they run by default)")
+    results: list[tuple[str, bool, str]] = []
+    tests = [f"tests/{t}" for t in ("dispatch", "kernels") if t in tiers]
+    if tests:
+        opts.junit.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [python, "-m", "pytest", *tests, f"--junitxml={opts.junit}", *pytest_args]
+        env = {**os.environ, "MOEGATE_REQUIRE_VLLM": "1"}
+        status = subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
+        results.append(
+            (" + ".join(t for t in ("dispatch", "kernels") if t in tiers), status == 0, f"pytest exit {status}")
+        )
+    if "kernels" in tiers:
+        results.append(kernel_floor(opts.junit, opts.min_kernel_tests))
+    if "sweep" in tiers:
+        opts.sweep_json.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [python, "-m", "moegate.kernels.sweep", f"--cases={opts.sweep_cases}", "--workers=auto", "--seed=0"]
+        status = subprocess.run([*cmd, f"--json={opts.sweep_json}"], cwd=ROOT, check=False).returncode
+        results.append(("sweep", status == 0, f"exit {status}"))
+    ok = all(good for _, good, _ in results)
+    parts = "; ".join(f"{name} {'ok' if good else 'FAIL'} ({why})" for name, good, why in results)
+    _say(f"{'PASS' if ok else 'FAIL'}: {label}: {parts}")
+    return 0 if ok else 1
+
+
+def kernel_floor(junit: Path, minimum: int) -> tuple[str, bool, str]:
+    """At least ``minimum`` kernel tests executed, by the JUnit report: (name, ok, one-line reason)."""
+    try:
+        c = count(junit, KERNEL_PREFIX)
+    except (OSError, ET.ParseError) as exc:
+        return "kernel floor", False, f"no readable JUnit report {junit}: {exc}"
+    why = f"{c.executed} kernel tests executed, at least {minimum} required: {c.detail()}"
+    if c.executed < minimum and c.first_skip:
+        why += f"; first skip: {c.first_skip}"
+    return "kernel floor", c.executed >= minimum, why
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    own, pytest_args = split_pytest_args(sys.argv[1:] if argv is None else argv)
+    opts = parser().parse_args(own)
+    if opts.min_kernel_tests < 0 or opts.sweep_cases < 1:
+        print("moegate gate: --min-kernel-tests must be >= 0 and --sweep-cases >= 1", file=sys.stderr)
+        return 2
+    try:
+        if opts.vllm_python is None:
+            if not is_checkout(ROOT):
+                raise GateInputError(f"--wheel and --vllm build with the checkout's noxfile, and {ROOT} is no checkout")
+            cmd = nox_command(opts, sys.argv[1:] if argv is None else argv)
+            return subprocess.run(cmd, cwd=ROOT, check=False).returncode
+        return run_gate(opts, pytest_args)
+    except (GateInputError, NotAVllmWheel) as exc:
+        print(f"moegate gate: {exc}", file=sys.stderr)
+        return 2

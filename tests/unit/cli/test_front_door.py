@@ -1,0 +1,60 @@
+"""The front door: ``moegate --help`` names every subcommand, each one runs its tier's own ``main``, an unknown one
+is one line; the ``python -m`` command lines the workflows and scripts call are the subcommands' aliases."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from moegate import cli
+from tests.support import ROOT
+
+
+def test_the_console_script_is_the_front_door():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"moegate": "moegate.cli:main"}
+
+
+def test_help_lists_every_subcommand_and_each_names_a_main(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in cli.COMMANDS:
+        assert f"\n  {name} " in out
+    assert list(cli.COMMANDS)[:6] == ["gate", "e2e", "ab", "sweep", "preflight", "fetch-gsm8k"]  # the order users meet
+
+
+@pytest.mark.parametrize("name", ["gate", "e2e", "ab", "preflight", "fetch-gsm8k", "repro", "spec", "power"])
+def test_each_subcommand_hands_its_arguments_to_its_own_main(name, capsys):
+    """``moegate NAME --help`` is the tier's own parser: the subcommand adds nothing and drops nothing."""
+    with pytest.raises(SystemExit) as done:
+        cli.main([name, "--help"])
+    assert done.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_an_unknown_subcommand_or_none_is_one_line_or_the_usage(capsys):
+    assert cli.main(["bench"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"moegate: unknown command 'bench'; known: {', '.join(cli.COMMANDS)} (moegate --help)"
+    )
+    assert cli.main([]) == 2 and capsys.readouterr().out.startswith("usage: moegate COMMAND")
+
+
+def test_python_dash_m_moegate_is_the_same_door():
+    proc = subprocess.run(
+        [sys.executable, "-m", "moegate", "spec", '{"num_tokens": 1, "top_k": 1, "num_experts": 8}'],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0].startswith("legacy: naive")
+
+
+def test_the_census_hook_says_in_one_line_when_the_census_is_not_here(capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("moegate.vllm.census") is not None:
+        pytest.skip("the census is in this checkout: `moegate census` runs it")
+    assert cli.main(["census"]) == 2
+    assert capsys.readouterr().err.strip() == "moegate census: not in this checkout yet (moegate/vllm/census, issue 30)"

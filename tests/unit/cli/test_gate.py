@@ -1,0 +1,134 @@
+"""``moegate gate`` on builds made here: a dev build whose vLLM does not import fails in one line naming it, a wheel
+that is not vLLM is refused before any environment is built, a GPU tier without a GPU is one line; the kernel floor
+reads the JUnit report. The builds are real interpreters (``moegate.vllm.planted``: a venv seeing this Python's
+packages and a site first) whose ``vllm`` is a stand-in package in that site: the probe imports it in a process of
+its own, as it imports a real one."""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from moegate.cli import gate
+from moegate.vllm.planted import make_build
+
+
+def _build(tmp_path: Path, init: str) -> Path:
+    """An interpreter whose ``import vllm`` runs ``init``."""
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text(init)
+    return make_build(tmp_path / "build", sys.executable, sites=[str(site)])
+
+
+def test_a_dev_build_whose_vllm_does_not_import_fails_in_one_line_naming_the_build_and_the_error(tmp_path, capsys):
+    py = _build(tmp_path, "raise ImportError('libcudart.so.13: cannot open shared object file')\n")
+    assert gate.main(["--vllm-python", str(tmp_path / "build"), "--label", "pr 0.33.1.dev2+g2222222"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    why = "ImportError: libcudart.so.13: cannot open shared object file"
+    assert err == [f"moegate gate: FAIL: build pr 0.33.1.dev2+g2222222 ({py}): vLLM does not import: {why}"]
+
+
+def test_a_vllm_that_dies_on_import_with_any_exception_is_a_failure_too(tmp_path, capsys):
+    py = _build(tmp_path, "import sys\nsys.exit(3)\n")  # SystemExit: not an ImportError, still no vLLM
+    assert gate.main(["--vllm-python", str(py)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("vLLM does not import: SystemExit: 3")
+
+
+def test_a_gpu_tier_where_the_builds_torch_sees_no_gpu_is_one_line(tmp_path, capsys):
+    pytest.importorskip("torch", reason="the probe asks the build's torch; this Python has none")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("shows the no-GPU refusal; this machine has a CUDA GPU")
+    py = _build(tmp_path, "import torch\n__version__ = '0.33.1.dev1+g1111111'\n")
+    assert gate.main(["--vllm-python", str(py), "--tiers", "dispatch,kernels"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"moegate gate: tier kernels needs a CUDA GPU, and torch in {py} sees none"]
+
+
+def _wheel(path: Path, name: str, version: str) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(
+            f"{name}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda d: _wheel(d / "numpy-2.0.0-py3-none-any.whl", "numpy", "2.0.0"), "a wheel of numpy 2.0.0, not of vLLM"),
+        (
+            lambda d: (d / "vllm-1.0-py3-none-any.whl").write_bytes(b"not a zip") and d / "vllm-1.0-py3-none-any.whl",
+            "not a wheel (not a zip archive)",
+        ),
+        (lambda d: d / "vllm-0.33.1-py3-none-any.whl", "no such wheel"),
+    ],
+    ids=["another project's wheel", "not a zip", "missing"],
+)
+def test_a_wheel_that_is_not_vllm_is_refused_in_one_line_before_any_environment_is_built(tmp_path, capsys, make, says):
+    wheel = make(tmp_path)
+    assert gate.main(["--wheel", str(wheel)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("moegate gate: ") and says in err[0]
+
+
+def test_a_vllm_wheel_goes_to_nox_with_the_other_options_and_pytests_arguments(tmp_path):
+    wheel = _wheel(tmp_path / "vllm-0.33.1.dev1+g1111111-cp38-abi3-linux_x86_64.whl", "vllm", "0.33.1.dev1+g1111111")
+    argv = ["--wheel", str(wheel), "--tiers", "dispatch", "--", "-k", "legacy"]
+    own, _ = gate.split_pytest_args(argv)
+    cmd = gate.nox_command(gate.parser().parse_args(own), argv)
+    assert cmd[1:] == [
+        "-f", str(gate.ROOT / "noxfile.py"), "-s", "gate", "--", f"--vllm={wheel}", "--tiers", "dispatch", "--", "-k",
+        "legacy",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--vllm-python", "/nonexistent/bin/python"], "--vllm-python /nonexistent/bin/python: no such interpreter"),
+        (["--vllm", "latest"], "--vllm 'latest': not a release version (e.g. 0.33.0)"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, says):
+    assert gate.main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"moegate gate: {says}"
+
+
+def test_tiers_default_to_dispatch_and_kernels_on_a_gpu_and_refuse_an_unknown_one():
+    assert gate.parse_tiers(None, cuda=True) == ["dispatch", "kernels"]
+    assert gate.parse_tiers(None, cuda=False) == ["dispatch"]
+    assert gate.parse_tiers("sweep, dispatch", cuda=True) == ["dispatch", "sweep"]
+    with pytest.raises(gate.GateInputError, match="unknown tier 'bench'"):
+        gate.parse_tiers("dispatch,bench", cuda=True)
+
+
+def _junit(tmp_path: Path, cases: list[tuple[str, str | None]]) -> Path:
+    body = "".join(
+        f'<testcase classname="{cls}" name="t{i}">'
+        + (f"<{kind} message='no CUDA GPU'/>" if kind else "")
+        + "</testcase>"
+        for i, (cls, kind) in enumerate(cases)
+    )
+    path = tmp_path / "r.xml"
+    path.write_text(f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
+    return path
+
+
+def test_the_kernel_floor_counts_executed_kernel_tests_and_quotes_the_first_skip(tmp_path):
+    k = "tests.kernels.test_kernel_properties"
+    mixed = _junit(tmp_path, [(k, None), (k, "failure"), (k, "skipped"), (k, "error"), ("tests.dispatch.x", None)])
+    assert gate.kernel_floor(mixed, 2) == (
+        "kernel floor", True, "2 kernel tests executed, at least 2 required: 4 collected, 1 skipped, 1 errors, 1 failed"
+    )  # fmt: skip
+    skipped = _junit(tmp_path, [(k, "skipped")] * 47 + [("tests.dispatch.b", None)] * 22)
+    _, ok, why = gate.kernel_floor(skipped, 40)
+    assert not ok and why.startswith("0 kernel tests executed, at least 40 required: 47 collected, 47 skipped")
+    assert why.endswith("; first skip: no CUDA GPU")
+    assert gate.kernel_floor(tmp_path / "none.xml", 1)[1] is False
