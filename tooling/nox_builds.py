@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from moegate.vllm.wheels import NotAVllmWheel, vllm_wheel
 from tooling.nox_envs import BASE_VLLM, PROJECT_DEPS, RELEASES, ROOT, Session, locked, shared_env
 from tooling.serving import cpu_server_env, on_gpu
 
@@ -83,8 +84,11 @@ def vllm_python(session: Session, version: str, override: str | None = None) -> 
         session.error(f"{exc} (or pass --vllm-python=PATH)")
         raise
     first = spec["install"][0]
-    if first.endswith(".whl") and "://" not in first and not Path(first).exists():
-        session.error(f"build {version!r}: no such wheel")
+    if first.endswith(".whl") and "://" not in first:
+        try:
+            vllm_wheel(first)  # a missing file or another project's wheel: one line, before minutes of installing
+        except NotAVllmWheel as exc:
+            session.error(f"build {version!r}: {exc}")
     return str(shared_env(session, name, [*spec["install"], *PROJECT_DEPS], spec["remove"]))
 
 

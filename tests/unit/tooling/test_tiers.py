@@ -3,6 +3,7 @@ session set-up every tier shares."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -44,3 +45,35 @@ def test_a_test_session_leaves_the_ci_jobs_summary_alone(monkeypatch: pytest.Mon
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", "/tmp/the-jobs-summary.md")
     tests.conftest.pytest_configure(pytest.Config.__new__(pytest.Config))
     assert "GITHUB_STEP_SUMMARY" not in os.environ
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="shows the stop where vLLM is absent")
+def test_a_vllm_tier_run_where_vllm_does_not_import_stops_in_one_line_and_fails() -> None:
+    """``pytest tests/dispatch`` in an environment without vLLM used to skip every test and exit 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/dispatch/test_adapter.py"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        env={k: v for k, v in os.environ.items() if k != "MOEGATE_REQUIRE_VLLM"},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    (line,) = [ln for ln in proc.stdout.splitlines() if "need vLLM" in ln]
+    assert f"selected tests need vLLM, and it does not import in {sys.executable}: ModuleNotFoundError" in line
+    assert "(MOEGATE_REQUIRE_VLLM=0 skips them instead)" in line and " passed" not in proc.stdout
+
+
+def test_moegate_require_vllm_0_keeps_the_skips_and_collection_is_never_stopped(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    import tests.conftest
+
+    option = SimpleNamespace(collectonly=False)
+    session = SimpleNamespace(items=[SimpleNamespace(fixturenames=("target",))], config=SimpleNamespace(option=option))
+
+    monkeypatch.setattr(tests.conftest, "vllm_import_error", lambda: "ModuleNotFoundError: No module named 'vllm'")
+    monkeypatch.setenv("MOEGATE_REQUIRE_VLLM", "0")
+    tests.conftest.pytest_collection_finish(session)  # type: ignore[arg-type]
+    monkeypatch.setenv("MOEGATE_REQUIRE_VLLM", "1")
+    with pytest.raises(pytest.exit.Exception, match="1 selected tests need vLLM"):
+        tests.conftest.pytest_collection_finish(session)  # type: ignore[arg-type]
+    option.collectonly = True
+    tests.conftest.pytest_collection_finish(session)  # type: ignore[arg-type]
