@@ -127,13 +127,13 @@ def leg_builds(session: nox.Session) -> None:
     opts, rest = builds.take(session.posargs, "tier", "base", "pr", "model", "json", error=session.error)
     if rest or not {"tier", "pr", "json"} <= set(opts) or opts["tier"] not in ("kernels", "e2e", "ab"):
         session.error("nox -s builds -- --tier=kernels|e2e|ab --pr=SPEC [--base=SPEC] [--model=NAME|DIR] --json=FILE")
-    found = {"pr": builds.build_python(session, opts["pr"]), "pr_spec": opts["pr"]}
+    found: dict[str, object] = {"pr": builds.build_python(session, opts["pr"]), "pr_label": opts["pr"]}
     if opts["tier"] != "kernels":
         base = opts.get("base", opts["pr"])
-        found.update(base=builds.build_python(session, base), base_spec=base)
-        model = opts.get("model", "random")
-        named = {"random": lambda: builds.tiny_model(session, found["base"]), "trained": builds.trained_model}
-        found.update(model=str(named[model]()) if model in named else model, model_name=model)
+        found.update(base=builds.build_python(session, base), base_label=base)
+        name = opts.get("model", "random")
+        named = {"random": lambda: builds.tiny_model(session, str(found["base"])), "trained": builds.trained_model}
+        found["models"] = {name: str(named[name]()) if name in named else name}
     if opts["tier"] == "e2e":
         found["driver"] = str(envs.shared_env(session, "_e2e", envs.E2E_DRIVER_DEPS))
         found["eval"] = str(envs.shared_env(session, "_eval", envs.EVAL_DEPS))

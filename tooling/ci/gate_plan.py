@@ -2,7 +2,7 @@
 
 Standard library only: the `plan` job runs it with the runner's own python3.
 
-    python -m tooling.ci.gate_plan plan --tiers dispatch,kernels --base 0.32.0 --pr 0.33.0 [--models tiny] [--remote]
+    python -m tooling.ci.gate_plan plan --tiers dispatch,kernels --base 0.32.0 --pr 0.33.0 [--models random,trained] [--remote]
     python -m tooling.ci.gate_plan nox-arg SPEC        # --vllm=SPEC or --vllm-python=PATH for the nox sessions
     python -m tooling.ci.gate_plan local-spec SPEC [--dir WHEELS]  # on the runner: the wheel/python found there
     python -m tooling.ci.gate_plan local-arg SPEC [--dir WHEELS]   # the same, as the nox argument
@@ -25,9 +25,11 @@ import urllib.error
 import urllib.request
 from pathlib import PurePosixPath
 
-TIERS = ("dispatch", "meta", "kernels", "e2e", "bench")
-GPU_TIERS = ("kernels", "e2e", "bench")
-PAIR_TIERS = ("e2e", "bench")  # compare base and PR; the others gate one build
+TIERS = ("dispatch", "meta", "kernels", "e2e", "ab")
+GPU_TIERS = ("kernels", "e2e", "ab")
+PAIR_TIERS = ("e2e", "ab")  # compare base and PR; the others gate one build
+RENAMED = {"bench": "ab"}  # the A/B tier's old name here (nox -s bench is the dispatch tier's benchmark)
+DEFAULT_MODELS = "random,trained"  # the e2e legs' models: the random tiny model and the committed trained one
 META_BASES = ("0.32.0",)  # the meta-check demands the base fail: only the known-bad release (or an env of it)
 VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?([.+-]?[0-9A-Za-z.]+)?$")
 PYPI_JSON = "https://pypi.org/pypi/{project}/json"
@@ -42,6 +44,10 @@ def parse_tiers(text: str) -> list[str]:
     if not names:
         raise PlanError(f"tiers={text!r} names no tier; choose from {', '.join(TIERS)}")
     for name in names:
+        if name in RENAMED:
+            raise PlanError(
+                f"tier {name!r} is now {RENAMED[name]!r} (the A/B of two builds; nox -s bench is the dispatch benchmark)"
+            )
         if name not in TIERS:
             raise PlanError(f"unknown tier {name!r} in tiers={text!r}; known: {', '.join(TIERS)}")
     return list(dict.fromkeys(names))
@@ -124,20 +130,22 @@ def local_spec(name: str, spec: str, wheel_dir: str = "") -> str:
 
 
 def gpu_matrix(tiers: list[str], models: list[str]) -> list[dict[str, str]]:
-    """One leg per (tier, model, build pair). Kernels gate the PR build and need no model."""
+    """One leg per (tier, model, build pair). Kernels gate the PR build and need no model; the A/B serves the first."""
     legs: list[dict[str, str]] = []
     for tier in tiers:
         if tier not in GPU_TIERS:
             continue
         pair = "base-vs-pr" if tier in PAIR_TIERS else "pr"
-        for model in models if tier == "e2e" else ["-"]:
+        for model in models if tier == "e2e" else [models[0] if tier == "ab" else "-"]:
             slug = re.sub(r"[^0-9A-Za-z._-]+", "_", model)
-            leg = f"{tier}-{pair}" if model == "-" else f"{tier}-{slug}-{pair}"
+            leg = f"{tier}-{slug}-{pair}" if tier == "e2e" else f"{tier}-{pair}"
             legs.append({"tier": tier, "model": model, "pair": pair, "leg": leg})
     return legs
 
 
-def plan(tiers_text: str, base: str, pr: str, models_text: str = "tiny", remote: bool = False) -> dict[str, str]:
+def plan(
+    tiers_text: str, base: str, pr: str, models_text: str = DEFAULT_MODELS, remote: bool = False
+) -> dict[str, str]:
     tiers = parse_tiers(tiers_text)
     for name, spec in (("base", base), ("pr", pr)):
         classify(name, spec)
@@ -146,7 +154,7 @@ def plan(tiers_text: str, base: str, pr: str, models_text: str = "tiny", remote:
             f"tier 'meta' demands the base fail on host-resident cases: base must be {' or '.join(META_BASES)} "
             f"or an environment's python, not {base!r}"
         )
-    models = [m.strip() for m in models_text.split(",") if m.strip()] or ["tiny"]
+    models = [m.strip() for m in models_text.split(",") if m.strip()] or DEFAULT_MODELS.split(",")
     if remote:
         check_remote("base", base)
         check_remote("pr", pr)
@@ -166,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiers", required=True)
     p.add_argument("--base", required=True)
     p.add_argument("--pr", required=True)
-    p.add_argument("--models", default="tiny")
+    p.add_argument("--models", default=DEFAULT_MODELS)
     p.add_argument("--remote", action="store_true", help="check versions on PyPI and wheel URLs")
     sub.add_parser("nox-arg").add_argument("spec")
     for cmd in ("local-spec", "local-arg"):

@@ -44,6 +44,7 @@ from tooling.ci_replay.common import (
 from tooling.ci_replay.jobs import RUNS, Run, hosted_jobs, replayed, run_for, unreplayed
 from tooling.ci_replay.results import machine, render
 from tooling.ci_replay.standins import (
+    GSM8K_SOURCE_ENV,
     _commit,
     copy_checkout,
     offline_action,
@@ -70,7 +71,7 @@ def event_payload(event: str, sha: str) -> dict[str, Any]:
     return {"ref": "refs/heads/main", "inputs": {}, "repository": repo}
 
 
-def host_env(run_dir: Path, bin_dir: Path) -> dict[str, str]:
+def host_env(run_dir: Path, bin_dir: Path, gsm8k: Path | None = None) -> dict[str, str]:
     """The whole environment act (and so every step) sees: nothing of this machine's but the proxy's CA."""
     home = run_dir / "home"
     home.mkdir(exist_ok=True)
@@ -82,6 +83,8 @@ def host_env(run_dir: Path, bin_dir: Path) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "MOEGATE_REPLAY_ARTIFACTS": str(run_dir / "artifacts"),
     }
+    if gsm8k is not None:  # .ci/gsm8k reads GSM8K from here: the raw-file host is not reachable
+        env[GSM8K_SOURCE_ENV] = gsm8k.as_uri()
     for name in ("SSL_CERT_FILE", "PIP_CERT"):  # this machine's proxy re-signs TLS with its own CA
         env[name] = os.environ.get(name) or CA_BUNDLE
     return env
@@ -188,7 +191,14 @@ def log_path_for(run_dir: Path, run: Run) -> Path:
 
 
 def replay_run(
-    act: str, run: Run, copy: Path, workflow: Path, run_dir: Path, labels: list[str], job_ids: dict[str, str]
+    act: str,
+    run: Run,
+    copy: Path,
+    workflow: Path,
+    run_dir: Path,
+    labels: list[str],
+    job_ids: dict[str, str],
+    gsm8k: Path | None = None,
 ) -> dict[str, dict[str, Any]]:
     """One act invocation; per replayed job: outcome, wall time, failing step and the last lines of its output."""
     act_dir = run_dir / ACT_DIR
@@ -196,7 +206,7 @@ def replay_run(
     sha = _run(["git", "-C", str(copy), "rev-parse", "HEAD"]).stdout.strip()
     event_file.write_text(json.dumps(event_payload(run.event, sha)))
     cmd = act_command(act, run, workflow, event_file, act_dir, labels)
-    env = host_env(run_dir, run_dir / "bin")
+    env = host_env(run_dir, run_dir / "bin", gsm8k)
     log_path = log_path_for(run_dir, run)
     print(f"ci-replay: {' '.join(shlex.quote(c) for c in cmd)}  (log {log_path})", flush=True)
     reader = LogReader(job_ids)
@@ -365,7 +375,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     data["commands"].append(f"{command}  # {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {revision}")
     ok = True
     for run in runs:
-        ok &= _record(data, args.out, replay_run(act, run, copy, workflow, run_dir, labels, job_ids), revision)
+        ok &= _record(data, args.out, replay_run(act, run, copy, workflow, run_dir, labels, job_ids, gsm8k), revision)
     if not args.keep:
         subprocess.run(["rm", "-rf", str(run_dir)], check=False)
     print(f"ci-replay: {'every replayed job succeeded' if ok else 'a job did not succeed'}; {args.out}")

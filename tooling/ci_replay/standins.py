@@ -80,18 +80,9 @@ def replay_workflows(copy: Path, run_dir: Path, index: Path) -> Path:
 
 
 GSM8K_SOURCE = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data"
-CURL = """#!/bin/bash
-# ci-replay stand-in: GitHub's raw-file host is not reachable here; GSM8K's files come from a local copy,
-# every other URL goes to curl as it is
-args=()
-for a in "$@"; do
-  case "$a" in
-    {source}/*) a="{local}/${{a##*/}}"; echo "ci-replay: curl reads $a" >&2 ;;
-  esac
-  args+=("$a")
-done
-exec /usr/bin/curl "${{args[@]}}"
-"""
+GSM8K_SOURCE_ENV = "MOEGATE_GSM8K_SOURCE"
+"""GitHub's raw-file host is not reachable here: `.ci/gsm8k` (``moegate fetch-gsm8k``) reads GSM8K's files from the
+folder this variable names instead of its default, the authors' repository (``GSM8K_SOURCE``)."""
 
 
 def torch_index(dest: Path, wheels: Iterable[Path]) -> list[str]:
@@ -145,14 +136,12 @@ echo "ci-replay: sudo $* (not run on this host)" >&2
 
 
 def stand_in_bin(dest: Path, copy: Path, gsm8k: Path) -> dict[str, str]:
-    """`sudo` (stubbed), `curl` (GSM8K from disk) and `python3.12` (the hosted image's system Python 3.12)."""
+    """`sudo` (stubbed) and `python3.12` (the hosted image's system Python 3.12); GSM8K's source (``host_env``)."""
     dest.mkdir(parents=True)
     (dest / "sudo").write_text(SUDO)
-    rewrite((copy / ".ci" / "gsm8k").read_text(), GSM8K_SOURCE, "", "GSM8K raw-file host -> local copy", ".ci/gsm8k")
-    (dest / "curl").write_text(CURL.format(source=GSM8K_SOURCE, local=gsm8k.as_uri()))
-    for tool in ("sudo", "curl"):
-        (dest / tool).chmod(0o755)
-    made = {"sudo": "stub (prints, runs nothing)", "curl": f"GSM8K's raw-file URLs -> {gsm8k.as_uri()}"}
+    (dest / "sudo").chmod(0o755)
+    rewrite((copy / ".ci" / "gsm8k").read_text(), GSM8K_SOURCE_ENV, "", "GSM8K source -> local copy", ".ci/gsm8k")
+    made = {"sudo": "stub (prints, runs nothing)", GSM8K_SOURCE_ENV: f"GSM8K's files from {gsm8k.as_uri()}"}
     py312 = find_interpreter("3.12")
     if py312:
         (dest / "python3.12").symlink_to(py312 / "bin" / "python3.12")

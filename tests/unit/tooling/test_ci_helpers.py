@@ -40,7 +40,7 @@ def test_unknown_tier_is_one_line_before_anything_else():
     )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.strip() == (
-        "moegate: unknown tier 'kernals' in tiers='dispatch,kernals'; known: dispatch, meta, kernels, e2e, bench"
+        "moegate: unknown tier 'kernals' in tiers='dispatch,kernals'; known: dispatch, meta, kernels, e2e, ab"
     )
 
 
@@ -105,16 +105,23 @@ def test_local_builds_are_found_on_the_runner(tmp_path):
 
 
 def test_plan_fans_gpu_tiers_out_per_model_and_pair():
-    out = gate_plan.plan("dispatch,kernels,e2e,bench", "0.32.0", "0.33.0", "tiny, qwen3-30b-a3b")
+    out = gate_plan.plan("dispatch,kernels,e2e,ab", "0.32.0", "0.33.0", "tiny, qwen3-30b-a3b")
     legs = json.loads(out["gpu-matrix"])["include"]
-    assert [leg["leg"] for leg in legs] == [
-        "kernels-pr",
-        "e2e-tiny-base-vs-pr",
-        "e2e-qwen3-30b-a3b-base-vs-pr",
-        "bench-base-vs-pr",
+    assert [(leg["leg"], leg["model"]) for leg in legs] == [
+        ("kernels-pr", "-"),
+        ("e2e-tiny-base-vs-pr", "tiny"),
+        ("e2e-qwen3-30b-a3b-base-vs-pr", "qwen3-30b-a3b"),
+        ("ab-base-vs-pr", "tiny"),
     ]
+    default = json.loads(gate_plan.plan("e2e,ab", "0.32.0", "0.33.0")["gpu-matrix"])["include"]
+    assert [leg["leg"] for leg in default] == ["e2e-random-base-vs-pr", "e2e-trained-base-vs-pr", "ab-base-vs-pr"]
     assert out["run-dispatch"] == "true" and out["run-meta"] == "false" and out["run-gpu"] == "true"
     assert gate_plan.plan("dispatch", "0.32.0", "0.33.0")["gpu-matrix"] == '{"include":[]}'
+
+
+def test_the_old_name_of_the_ab_tier_says_its_new_one():
+    with pytest.raises(gate_plan.PlanError, match="tier 'bench' is now 'ab' .*nox -s bench is the dispatch benchmark"):
+        gate_plan.plan("dispatch,bench", "0.32.0", "0.33.0")
 
 
 def test_meta_needs_the_known_bad_base():
@@ -148,24 +155,14 @@ def test_a_mismatch_message_carries_the_example_line():
 
 # --- .ci/gsm8k: the hosted jobs' GSM8K download, checked before any test reads it -------
 
-CURL_SHIM = """#!/usr/bin/env bash
-# stands in for the download only: `curl ... -o FILE URL` writes FILE from $SHIM_SOURCE/<basename of URL>
-while [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift 2 ;; *) url="$1"; shift ;; esac; done
-cp "$SHIM_SOURCE/${url##*/}" "$out"
-"""
-
-
 def _fetch_gsm8k(tmp_path: Path, source: Path) -> subprocess.CompletedProcess[str]:
-    shim = tmp_path / "bin"
-    shim.mkdir()
-    (shim / "curl").write_text(CURL_SHIM)
-    (shim / "curl").chmod(0o755)
+    """.ci/gsm8k as a job runs it, its source a local folder (``MOEGATE_GSM8K_SOURCE``, as ci-replay gives it)."""
     (tmp_path / "runner").mkdir()
     env = {
-        "PATH": f"{shim}:/usr/bin:/bin",
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         "RUNNER_TEMP": str(tmp_path / "runner"),
         "GITHUB_ENV": str(tmp_path / "github_env"),
-        "SHIM_SOURCE": str(source),
+        "MOEGATE_GSM8K_SOURCE": source.as_uri(),
     }
     (tmp_path / "github_env").write_text("")
     return subprocess.run(

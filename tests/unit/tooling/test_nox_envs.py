@@ -298,7 +298,9 @@ def test_a_session_refuses_a_wheel_that_is_not_vllm_before_building_anything(tmp
     wheel = tmp_path / "requests-2.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("requests-2.0.dist-info/METADATA", "Name: requests\nVersion: 2.0\n")
-    with pytest.raises(Refused, match=r"build '.*requests-2.0-py3-none-any.whl': .* a wheel of requests 2.0, not of vLLM"):
+    with pytest.raises(
+        Refused, match=r"build '.*requests-2.0-py3-none-any.whl': .* a wheel of requests 2.0, not of vLLM"
+    ):
         nox_builds.vllm_python(Session(), str(wheel))  # type: ignore[arg-type]
     with pytest.raises(Refused, match="no such wheel"):
         nox_builds.vllm_python(Session(), str(tmp_path / "vllm-9.9.9-py3-none-any.whl"))  # type: ignore[arg-type]
