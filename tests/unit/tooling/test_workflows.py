@@ -77,9 +77,9 @@ def gpu_jobs_keep_labels_and_floor(wfs: Workflows) -> list[str]:
                 f"{REUSABLE}: GPU job {job_name!r} runs on {sorted(_labels(job))}, not on the {sorted(GPU_LABELS)} pool"
             )
         runs = " ".join(str(s.get("run", "")) for s in job.get("steps", []))
-        if not re.search(r"tooling\.ci\.junit_min \S+ --min \S+ --prefix tests\.kernels", runs):
+        if not re.search(r'tooling\.ci\.gpu_leg kernels [^;]*--min-kernel-tests "\$MIN_KERNEL_TESTS"', runs):
             problems.append(
-                f"{REUSABLE}: GPU job {job_name!r} lost its executed-kernel-test minimum (tooling.ci.junit_min)"
+                f"{REUSABLE}: GPU job {job_name!r} lost its executed-kernel-test minimum (gpu_leg kernels --min-kernel-tests)"
             )
     default = _triggers(wfs[REUSABLE]["data"])["workflow_call"]["inputs"]["min-kernel-tests"].get("default", 0)
     given = wfs[GATE]["data"]["jobs"]["moegate"].get("with", {}).get("min-kernel-tests", default)
@@ -92,8 +92,8 @@ def nightly_sweeps_the_kernel_tier(wfs: Workflows) -> list[str]:
     """The scheduled run's kernels legs check 5,000 generated cases (nox -s kernel-sweep); PRs do not wait for it."""
     problems = []
     runs = " ".join(str(s.get("run", "")) for job in _gpu_jobs(wfs[REUSABLE]["data"]).values() for s in job["steps"])
-    if not re.search(r'nox -s kernel-sweep -- "\$PR_ARG" "--cases=\$SWEEP_CASES"', runs):
-        problems.append(f"{REUSABLE}: the kernels legs no longer run nox -s kernel-sweep")
+    if not re.search(r'tooling\.ci\.gpu_leg kernels [^;]*--sweep-cases "\$SWEEP_CASES"', runs):
+        problems.append(f"{REUSABLE}: the kernels legs no longer sweep (gpu_leg kernels --sweep-cases)")
     given = str(wfs[GATE]["data"]["jobs"]["moegate"].get("with", {}).get("kernel-sweep-cases", ""))
     if given != "${{ github.event_name == 'schedule' && 5000 || 0 }}":
         problems.append(f"gate.yml: kernel-sweep-cases is {given!r}, not 5000 on schedule and 0 otherwise")
@@ -183,17 +183,86 @@ def hosted_nox_jobs_use_cpu_torch(wfs: Workflows) -> list[str]:
     return problems
 
 
-def hosted_gsm8k_jobs_fetch_it(wfs: Workflows) -> list[str]:
-    """A hosted job whose tests read GSM8K fetches it (.ci/gsm8k, sha256-checked) before them, so they run, not skip."""
+def _reads_gsm8k(step: dict[str, Any]) -> bool:
+    """A step whose tests or leg read GSM8K: a session of ``GSM8K_SESSIONS``, ``nox -s builds`` (the tiny model's
+    tokenizer comes from its train split), or an e2e leg."""
+    return bool(_sessions(step) & {*GSM8K_SESSIONS, "builds"}) or "gpu_leg e2e" in str(step.get("run", ""))
+
+
+def gsm8k_jobs_fetch_it(wfs: Workflows) -> list[str]:
+    """A job whose tests or legs read GSM8K fetches it (.ci/gsm8k, sha256-checked) before them, hosted or GPU."""
     problems = []
-    for where, job in _hosted_jobs(wfs).items():
+    jobs = {f"{name}:{jn}": j for name, wf in wfs.items() for jn, j in wf["data"]["jobs"].items() if "steps" in j}
+    for where, job in jobs.items():
         steps = job["steps"]
-        uses = [i for i, s in enumerate(steps) if _sessions(s) & set(GSM8K_SESSIONS)]
+        uses = [i for i, s in enumerate(steps) if _reads_gsm8k(s)]
         if not uses:
             continue
         fetch = [i for i, s in enumerate(steps) if str(s.get("run", "")).strip() == ".ci/gsm8k"]
         if not fetch or fetch[0] > uses[0]:
-            problems.append(f"{where} runs {'/'.join(sorted(_sessions(steps[uses[0]])))} without .ci/gsm8k before it")
+            what = "/".join(sorted(_sessions(steps[uses[0]]))) or "an e2e leg"
+            problems.append(f"{where} runs {what} without .ci/gsm8k before it")
+    return problems
+
+
+def _run_steps(job: dict[str, Any]) -> list[str]:
+    return [str(s["run"]) for s in job.get("steps", []) if "run" in s]
+
+
+def _first(runs: list[str], pattern: str) -> int | None:
+    return next((i for i, r in enumerate(runs) if re.search(pattern, r)), None)
+
+
+def gpu_legs_start_with_preflight(wfs: Workflows) -> list[str]:
+    """Every GPU leg's first command is the runner's preflight; the GPU preflight runs before the leg, and the A/B leg
+    gets its JSON (the measured UVA read bandwidth, not a default)."""
+    problems = []
+    for job_name, job in _gpu_jobs(wfs[REUSABLE]["data"]).items():
+        runs = _run_steps(job)
+        where = f"{REUSABLE}: GPU job {job_name!r}"
+        if not runs or runs[0].strip() != "python -m tooling.ci.gpu_leg preflight --start":
+            problems.append(f"{where}: its first command is not `python -m tooling.ci.gpu_leg preflight --start`")
+        gpu_check, leg = _first(runs, r"gpu_leg preflight --builds"), _first(runs, r"gpu_leg (kernels|e2e|ab) ")
+        if gpu_check is None or leg is None or gpu_check > leg:
+            problems.append(f"{where}: no `gpu_leg preflight --builds` step before the leg")
+        if leg is not None and not re.search(r"gpu_leg ab [^;]*--preflight reports/preflight\.json", runs[leg]):
+            problems.append(f"{where}: the ab leg is not handed the preflight's JSON")
+    return problems
+
+
+def the_ab_tier_is_called_ab_and_states_how_it_gates(wfs: Workflows) -> list[str]:
+    """One name for the A/B tier (``ab``; ``bench`` is the dispatch benchmark), gating with a stated threshold or
+    advisory by the caller's choice, and the verdict job's summary says which."""
+    from tooling.ci.gate_plan import TIERS
+
+    problems = []
+    data = wfs[REUSABLE]["data"]
+    for trigger in ("workflow_call", "workflow_dispatch"):
+        inputs = _triggers(data)[trigger]["inputs"]
+        if f"comma list from {', '.join(TIERS)}" not in inputs["tiers"]["description"]:
+            problems.append(f"{REUSABLE}: {trigger}'s tiers input does not list the plan's tiers {TIERS}")
+        if (
+            inputs.get("ab-gate", {}).get("type") != "boolean"
+            or inputs.get("ab-gate-threshold", {}).get("type") != "number"
+        ):
+            problems.append(f"{REUSABLE}: {trigger} has no ab-gate (boolean) and ab-gate-threshold (number) inputs")
+    if re.search(r"\bbench\b", wfs[REUSABLE]["text"]):
+        problems.append(f"{REUSABLE}: still says 'bench' (the A/B tier is 'ab')")
+    runs = " ".join(r for job in _gpu_jobs(data).values() for r in _run_steps(job))
+    if not re.search(
+        r'gate_arg=\(--advisory\)\s+\[ "\$AB_GATE" = true \] && gate_arg=\("--gate-threshold=\$AB_GATE_THRESHOLD"\)',
+        runs,
+    ):
+        problems.append(f"{REUSABLE}: the ab leg does not gate at ab-gate-threshold (or run advisory) as ab-gate says")
+    verdict = data["jobs"]["verdict"]
+    summary = " ".join(_run_steps(verdict))
+    env = {k: str(v) for s in verdict.get("steps", []) for k, v in (s.get("env") or {}).items()}
+    if (
+        env.get("AB_GATE") != "${{ inputs.ab-gate }}"
+        or "GITHUB_STEP_SUMMARY" not in summary
+        or "advisory" not in summary
+    ):
+        problems.append(f"{REUSABLE}: the verdict job's summary does not say whether the A/B gated")
     return problems
 
 
@@ -205,7 +274,9 @@ RULES = [
     actions_pinned_by_sha,
     hardened_jobs,
     hosted_nox_jobs_use_cpu_torch,
-    hosted_gsm8k_jobs_fetch_it,
+    gsm8k_jobs_fetch_it,
+    gpu_legs_start_with_preflight,
+    the_ab_tier_is_called_ab_and_states_how_it_gates,
 ]
 
 
@@ -235,9 +306,53 @@ def _drop_labels(wfs: Workflows) -> None:
     wfs[REUSABLE]["data"]["jobs"]["gpu"]["runs-on"] = ["self-hosted", "linux"]
 
 
+def _gpu_steps(wfs: Workflows) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = wfs[REUSABLE]["data"]["jobs"]["gpu"]["steps"]
+    return steps
+
+
+def _edit_run(wfs: Workflows, old: str, new: str) -> None:
+    for step in _gpu_steps(wfs):
+        if old in str(step.get("run", "")):
+            step["run"] = step["run"].replace(old, new)
+
+
 def _drop_floor(wfs: Workflows) -> None:
-    steps = wfs[REUSABLE]["data"]["jobs"]["gpu"]["steps"]
-    wfs[REUSABLE]["data"]["jobs"]["gpu"]["steps"] = [s for s in steps if "junit_min" not in str(s.get("run", ""))]
+    _edit_run(wfs, '--min-kernel-tests "$MIN_KERNEL_TESTS"', "")
+
+
+def _preflight_not_first(wfs: Workflows) -> None:
+    steps = _gpu_steps(wfs)
+    start = next(s for s in steps if "preflight --start" in str(s.get("run", "")))
+    steps.remove(start)
+    steps.insert(len(steps) - 3, start)
+
+
+def _ab_without_preflight(wfs: Workflows) -> None:
+    _edit_run(wfs, "--preflight reports/preflight.json", "")
+
+
+def _no_gpu_preflight(wfs: Workflows) -> None:
+    wfs[REUSABLE]["data"]["jobs"]["gpu"]["steps"] = [
+        s for s in _gpu_steps(wfs) if "gpu_leg preflight --builds" not in str(s.get("run", ""))
+    ]
+
+
+def _gpu_without_gsm8k(wfs: Workflows) -> None:
+    wfs[REUSABLE]["data"]["jobs"]["gpu"]["steps"] = [s for s in _gpu_steps(wfs) if s.get("run") != ".ci/gsm8k"]
+
+
+def _bench_again(wfs: Workflows) -> None:
+    wfs[REUSABLE]["text"] += "\n# ab) nox -s bench\n"
+
+
+def _ab_never_gates(wfs: Workflows) -> None:
+    _edit_run(wfs, '&& gate_arg=("--gate-threshold=$AB_GATE_THRESHOLD")', "")
+
+
+def _silent_verdict(wfs: Workflows) -> None:
+    for step in wfs[REUSABLE]["data"]["jobs"]["verdict"]["steps"]:
+        step["run"] = step["run"].replace('echo "$ab" >> "$GITHUB_STEP_SUMMARY"', "")
 
 
 def _zero_floor(wfs: Workflows) -> None:
@@ -306,6 +421,17 @@ def _gsm8k_too_late(wfs: Workflows) -> None:
         (_new_tier_job, final_job_needs_everything, "job 'verdict' does not need e2e-extra"),
         (_drop_labels, gpu_jobs_keep_labels_and_floor, "not on the ['gpu', 'self-hosted'] pool"),
         (_drop_floor, gpu_jobs_keep_labels_and_floor, "lost its executed-kernel-test minimum"),
+        (_preflight_not_first, gpu_legs_start_with_preflight, "its first command is not"),
+        (_no_gpu_preflight, gpu_legs_start_with_preflight, "no `gpu_leg preflight --builds` step before the leg"),
+        (_ab_without_preflight, gpu_legs_start_with_preflight, "the ab leg is not handed the preflight's JSON"),
+        (_gpu_without_gsm8k, gsm8k_jobs_fetch_it, "moegate.yml:gpu runs builds without .ci/gsm8k before it"),
+        (_bench_again, the_ab_tier_is_called_ab_and_states_how_it_gates, "still says 'bench'"),
+        (_ab_never_gates, the_ab_tier_is_called_ab_and_states_how_it_gates, "does not gate at ab-gate-threshold"),
+        (
+            _silent_verdict,
+            the_ab_tier_is_called_ab_and_states_how_it_gates,
+            "summary does not say whether the A/B gated",
+        ),
         (_zero_floor, gpu_jobs_keep_labels_and_floor, "gate.yml passes 0"),
         (_no_sweep, nightly_sweeps_the_kernel_tier, "kernel-sweep-cases is '', not 5000 on schedule"),
         (_privileged, no_privileged_trigger, "gate.yml: privileged trigger pull_request_target"),
@@ -319,13 +445,27 @@ def _gsm8k_too_late(wfs: Workflows) -> None:
         (_meta_on_pypi_torch, hosted_nox_jobs_use_cpu_torch, "moegate.yml:meta runs nox without"),
         (
             _unit_without_gsm8k,
-            hosted_gsm8k_jobs_fetch_it,
+            gsm8k_jobs_fetch_it,
             "gate.yml:unit runs unit/wheel-check without .ci/gsm8k before it",
         ),
-        (_gsm8k_too_late, hosted_gsm8k_jobs_fetch_it, "gate.yml:e2e-smoke runs ab-smoke/e2e-smoke without .ci/gsm8k"),
+        (_gsm8k_too_late, gsm8k_jobs_fetch_it, "gate.yml:e2e-smoke runs ab-smoke/e2e-smoke without .ci/gsm8k"),
     ],
     ids=lambda v: getattr(v, "__name__", None),
 )
 def test_a_broken_copy_trips_the_rule(edit, rule, says):
     problems = rule(_broken(edit))
     assert any(says in p for p in problems), problems
+
+
+CODEOWNED = ("/.github/", "/noxfile.py", "/.ci/", "/tooling/ci/", "/tooling/serving.py")
+"""Where the GPU job's commands come from: the workflows, the sessions, the job scripts, the legs and their flags."""
+
+
+def _unowned(text: str) -> list[str]:
+    owned = {line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith("#")}
+    return [path for path in CODEOWNED if path not in owned]
+
+
+def test_codeowners_cover_everything_the_gpu_job_runs():
+    assert _unowned((ROOT / ".github" / "CODEOWNERS").read_text()) == []
+    assert _unowned("/.github/ @x\n/.ci/ @x\n") == ["/noxfile.py", "/tooling/ci/", "/tooling/serving.py"]
