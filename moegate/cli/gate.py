@@ -165,7 +165,9 @@ def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
     gpu = [t for t in tiers if t in GPU_TIERS]
     if gpu and not found.cuda:
         raise GateInputError(f"tier {gpu[0]} needs a CUDA GPU, and torch in {python} sees none")
-    _say(f"build {label} ({python}{'' if label.endswith(str(found.version)) else f', vLLM {found.version}'}); tiers {', '.join(tiers)}")
+    _say(
+        f"build {label} ({python}{'' if label.endswith(str(found.version)) else f', vLLM {found.version}'}); tiers {', '.join(tiers)}"
+    )
     if "kernels" not in tiers and not found.cuda:
         _say("kernels: not run, torch in this build sees no CUDA GPU (on a GPU machine they run by default)")
     results: list[tuple[str, bool, str]] = []

@@ -155,6 +155,7 @@ def test_a_mismatch_message_carries_the_example_line():
 
 # --- .ci/gsm8k: the hosted jobs' GSM8K download, checked before any test reads it -------
 
+
 def _fetch_gsm8k(tmp_path: Path, source: Path) -> subprocess.CompletedProcess[str]:
     """.ci/gsm8k as a job runs it, its source a local folder (``MOEGATE_GSM8K_SOURCE``, as ci-replay gives it)."""
     (tmp_path / "runner").mkdir()
