@@ -343,29 +343,34 @@ def check_gpu(report: Report, opts: argparse.Namespace, out: Callable[[str], Non
         report.add("pcie", "info", text, out)
     else:
         report.add("pcie", "info", "link not reported (no NVML, nvidia-smi or sysfs entry)", out)
-    available = mem_available_gib()
-    report.facts["pinned_need_gib"] = round(opts.need_pinned_gib, 3)
-    if available is not None and available < opts.need_pinned_gib:
+    check_pinned(report, torch, opts.need_pinned_gib, opts.pinned_why, out)
+
+
+def check_pinned(
+    report: Report, torch: Any, need: float, why: str, out: Callable[[str], None], available: float | None = None
+) -> None:
+    """Can the host pin ``need`` GiB? First against ``MemAvailable`` (``available``, read here when not given), so an
+    impossible request fails without touching memory; then by pinning it (``pin``)."""
+    available = mem_available_gib() if available is None else available
+    report.facts["pinned_need_gib"] = round(need, 3)
+    if available is not None and available < need:
         report.facts["pinnable_gib"] = 0.0
         report.add(
-            "pinned",
-            "FAIL",
-            f"{available:.1f} GiB of host memory available, the offload needs {opts.need_pinned_gib:g}",
-            out,
+            "pinned", "FAIL", f"{available:.1f} GiB of host memory available, the offload needs {need:.3g} ({why})", out
         )
         return
-    pinned, seconds = pin(torch, opts.need_pinned_gib)
+    pinned, seconds = pin(torch, need)
     report.facts["pinnable_gib"] = round(pinned, 2)
-    if pinned >= opts.need_pinned_gib:
-        text = f"pinned {pinned:.3g} GiB in {seconds:.1f} s (the offloading tiers need {opts.need_pinned_gib:.3g}: {opts.pinned_why})"
-        report.add("pinned", "ok", text, out)
-    else:
+    if pinned >= need:
         report.add(
             "pinned",
-            "FAIL",
-            f"could pin only {pinned:g} of the {opts.need_pinned_gib:g} GiB the offloading tiers need (cudaHostAlloc refused)",
+            "ok",
+            f"pinned {pinned:.3g} GiB in {seconds:.1f} s (the offloading tiers need {need:.3g}: {why})",
             out,
         )
+    else:
+        text = f"could pin only {pinned:.3g} of the {need:.3g} GiB the offloading tiers need ({why}): cudaHostAlloc refused"
+        report.add("pinned", "FAIL", text, out)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -117,3 +117,35 @@ def test_nvidia_smis_name_and_memory_are_read_for_the_first_gpu() -> None:
 def test_an_unknown_check_is_refused(capsys) -> None:
     assert preflight.main(["--checks", "gpu,vibes"]) == 2
     assert "--checks 'gpu,vibes': choose from driver, gpu, disk" in capsys.readouterr().err
+
+
+class _HostThatPins:
+    """Stands in for torch where pinning needs a CUDA host (this machine has none): pins up to ``limit`` GiB, then
+    raises as cudaHostAlloc's refusal does. The decision and its line are what is under test, not the driver."""
+
+    uint8 = "uint8"
+
+    def __init__(self, limit: float) -> None:
+        self.limit, self.pinned = limit, 0.0
+
+    def empty(self, n: int, dtype: str, pin_memory: bool) -> bytes:
+        assert pin_memory
+        if self.pinned + n / 2**30 > self.limit + 1e-9:
+            raise RuntimeError("CUDA error: out of memory (cudaHostAlloc)")
+        self.pinned += n / 2**30
+        return b""
+
+
+def test_too_little_pinnable_memory_fails_in_one_line_naming_the_need_and_why() -> None:
+    lines: list[str] = []
+    report = preflight.Report()
+    preflight.check_pinned(report, _HostThatPins(1e9), 64.0, "given", lines.append, available=12.5)
+    assert lines == ["FAIL pinned: 12.5 GiB of host memory available, the offload needs 64 (given)"]
+    preflight.check_pinned(report, _HostThatPins(2.0), 3.5, "2 x wide's experts (3.500)", lines.append, available=100.0)
+    assert lines[1] == (
+        "FAIL pinned: could pin only 2 of the 3.5 GiB the offloading tiers need (2 x wide's experts (3.500)): "
+        "cudaHostAlloc refused"
+    )
+    preflight.check_pinned(report, _HostThatPins(8.0), 3.5, "given", lines.append, available=100.0)
+    assert lines[2].startswith("ok   pinned: pinned 3.5 GiB in ")
+    assert report.facts["pinnable_gib"] == 3.5 and not report.ok
