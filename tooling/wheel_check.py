@@ -26,18 +26,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = '{"num_tokens": 1, "top_k": 1, "num_experts": 8}'
+SUBCOMMANDS = ("gate", "e2e", "ab", "sweep", "preflight", "fetch-gsm8k", "power")
+"""The front door's subcommands whose ``--help`` is checked, through the installed script (``repro`` and ``spec`` run
+for real below; the census's hook waits for the census); ``python -m moegate.e2e`` is the same ``main``."""
 MODULES = (
     "moegate",
-    "moegate.e2e",
-    "moegate.ab",
-    "moegate.power",
-    "moegate.kernels.sweep",
     "moegate.model.tiny_model",
     "moegate.model.engine",
     "moegate.vllm.bench_serve",
+    "moegate.vllm.devsite",
 )
-"""Every ``python -m`` command line the project has (``moegate`` is also the installed script); the workflows'
-helpers (``tooling/ci/``) run from a checkout, never from the wheel."""
+"""The ``python -m`` command lines that are not a subcommand; the workflows' helpers (``tooling/ci/``) run from a
+checkout, never from the wheel."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ def commands(py: str, work: Path) -> list[Command]:
     """What runs in the fresh environment (``py``), in a folder outside the checkout (``work``)."""
     script = str(Path(py).parent / "moegate")
     out = [Command((script, "--help"), 0, "usage: moegate")]
+    out += [Command((script, name, "--help"), 0, "usage:") for name in SUBCOMMANDS]
     out += [Command((py, "-m", m, "--help"), 0, "usage:") for m in MODULES]
     installed = (
         "import moegate, moegate.paths as p, pathlib, sys; from moegate.e2e import prompts; "
@@ -67,16 +68,22 @@ def commands(py: str, work: Path) -> list[Command]:
     out += [
         Command((py, "-c", installed), 0, "prompts "),
         Command((script, "spec", CASE), 0, "legacy: naive"),
+        Command((script, "repro", CASE), 2, "vLLM is not importable"),
         Command((py, "-m", "moegate", "spec", CASE), 0, "modular: naive"),
         Command((py, "-c", strategies), 0, "strategies "),
-        Command((py, "-m", "moegate.kernels.sweep", "--cases", "4", "--workers", "2"), 2, "vLLM is not importable"),
-        Command((py, "-m", "moegate.power", "--vllm-python", str(work / "none")), 2, "moegate power:"),
+        Command((script, "sweep", "--cases", "4", "--workers", "2"), 2, "vLLM is not importable"),
+        Command((script, "power", "--vllm-python", str(work / "none")), 2, "moegate power:"),
+        Command((script, "gate", "--vllm-python", str(work / "none")), 2, "moegate gate: --vllm-python"),
+        Command((script, "preflight", "--checks", "disk", "--need-disk-gib", "0", "--disk-path", str(work)), 0,
+                "preflight: PASS"),
+        Command((script, "fetch-gsm8k", "--dir", str(work / "g"), "--source", (work / "none").as_uri()), 1,
+                "could not download"),
         # their pages into the scratch folder: by default they go to the checkout's reports/, which a CI job
         # publishes as its summary (the replayed unit job showed this command's ERROR page there)
-        Command((py, "-m", "moegate.e2e", "run", "--base", str(work / "none"), "--pr", str(work / "none"),
+        Command((script, "e2e", "run", "--base", str(work / "none"), "--pr", str(work / "none"),
                  "--model", str(work / "none"), "--out", str(work / "e2e-run"), "--report", str(work / "e2e.md")),
                 2, "moegate.e2e"),
-        Command((py, "-m", "moegate.ab", "--base-python", str(work / "none"), "--pr-python", str(work / "none"),
+        Command((script, "ab", "--base-python", str(work / "none"), "--pr-python", str(work / "none"),
                  "--model", str(work / "none"), "--random-input-len", "8", "--out", str(work / "ab")), 2, ""),
     ]  # fmt: skip
     return out

@@ -9,6 +9,9 @@
 - ``environment``: ``describe_environment``, for report headers and golden provenance.
 - ``offline``: the public offline-engine API the engine scenarios use.
 - ``bench_serve``: the in-process ``vllm bench serve`` runner of the A/B tier.
+- ``probe``: does vLLM import in a build's interpreter (a process of its own): ``moegate gate`` asks first.
+- ``wheels``: is a wheel vLLM's, read from its METADATA before anything is installed.
+- ``devsite``: a dev-versioned copy of an installed vLLM (``python -m moegate.vllm.devsite``).
 
 Nothing is imported here: ``names`` must stay importable without torch or vLLM.
 """

@@ -48,7 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),  # the front door: `moegate gate|e2e|ab|sweep|preflight|...`, one module a subcommand
     ("__main__",),  # `python -m moegate`: the front door's alias
 )
-"""The rooms from the bottom up (README.md's layout says the same)."""
+"""The rooms from the bottom up (docs/layout.md says the same)."""
 
 REQUIRED = frozenset({"hypothesis", "pytest", "_pytest"})
 """Packages every install has (pyproject.toml's ``dependencies``): no reason to import them late."""

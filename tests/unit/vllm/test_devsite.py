@@ -1,7 +1,7 @@
 """``moegate.vllm.devsite``: a dev-versioned copy of an installed vLLM, on a site laid out as vLLM's wheel lays it out
 (``vllm/_version.py``, ``vllm-X.dist-info`` with METADATA and RECORD). A build that puts the copy first reports the dev
 version through ``vllm.__version__`` and ``importlib.metadata`` alike; the original is untouched. (Checked on the CPU
-0.33.0 environment's real site-packages too: 0.9 s for its 877 MB ``vllm/``, hard links; see results/gate-front-door.md.)"""
+0.33.0 environment's real site-packages too: 0.86 s for its 877 MB ``vllm/``, hard links: results/gate-front-door.md.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The README's layout section names every module and top-level folder that exists, and nothing that doesn't.
+"""The layout page (docs/layout.md, linked from the README's Layout) names every module and top-level folder that
+exists, and nothing that doesn't.
 
-The section is the map a new maintainer reads first; it drifted before (9 of 18 modules
-listed), so the tree checks it rather than a reviewer.
+The page is the map a new maintainer reads first; it drifted before (9 of 18 modules listed), so the tree checks it
+rather than a reviewer.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ editing this file."""
 
 def _layout() -> dict[str, str]:
     """Bullet text of the Layout section keyed by the first path it names (e.g. ``moegate/e2e/``)."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "layout.md").read_text()
     section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
     bullets = re.split(r"\n- ", "\n" + section.strip())
     out = {}
@@ -38,13 +39,13 @@ def test_every_module_is_named_under_its_package():
     missing = []
     for pkg in PACKAGES:
         bullet = layout.get(pkg)
-        assert bullet is not None, f"README layout has no bullet for {pkg}/"
+        assert bullet is not None, f"docs/layout.md has no bullet for {pkg}/"
         for path in sorted((ROOT / pkg).glob("*.py")):
             if path.name == "__init__.py":
                 continue
             if path.name not in bullet and path.stem not in bullet:
                 missing.append(f"{pkg}/{path.name}")
-    assert not missing, f"README layout does not name: {missing}"
+    assert not missing, f"docs/layout.md does not name: {missing}"
 
 
 def test_every_named_module_exists():
@@ -54,7 +55,7 @@ def test_every_named_module_exists():
         for name in re.findall(r"`([\w]+\.py)`", layout.get(pkg, "")):
             if not (ROOT / pkg / name).exists():
                 stale.append(f"{pkg}/{name}")
-    assert not stale, f"README layout names modules that do not exist: {stale}"
+    assert not stale, f"docs/layout.md names modules that do not exist: {stale}"
 
 
 def test_every_tracked_top_level_folder_is_named():
@@ -62,4 +63,4 @@ def test_every_tracked_top_level_folder_is_named():
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     folders = sorted({line.split("/", 1)[0] for line in tracked.splitlines() if "/" in line})
     unnamed = [f for f in folders if not f.startswith(".") and f"`{f}/" not in text and f"`{f}`" not in text]
-    assert not unnamed, f"README layout does not name top-level folders: {unnamed}"
+    assert not unnamed, f"docs/layout.md does not name top-level folders: {unnamed}"
