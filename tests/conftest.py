@@ -65,13 +65,10 @@ def require_vllm() -> bool:
 
 
 def vllm_import_error() -> str | None:
-    """Why ``import vllm`` fails here (the exception's type and first line), or None when it imports."""
-    try:
-        import vllm  # noqa: F401 - the tiers' own import, done once here so a failure is one line
-    except Exception as exc:  # noqa: BLE001 - a dev build's import can fail with any exception
-        first = (str(exc).strip().splitlines() or [""])[0]
-        return f"{type(exc).__name__}: {first}".rstrip(": ")
-    return None
+    """Why ``import vllm`` fails here, or None (``moegate.vllm.probe.import_error``: vLLM is imported in moegate/vllm/)."""
+    from moegate.vllm.probe import import_error
+
+    return import_error()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -51,6 +51,17 @@ class Probe:
         return self.version is not None
 
 
+def import_error() -> str | None:
+    """Why ``import vllm`` fails in this process (the exception's type and first line), or None when it imports: what
+    a vLLM tier's pytest run asks before its tests (``tests/conftest.py``)."""
+    try:
+        import vllm  # noqa: F401 - the tiers' own import, done once here so a failure is one line
+    except Exception as exc:  # noqa: BLE001 - a dev build's import can fail with any exception
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return f"{type(exc).__name__}: {first}".rstrip(": ")
+    return None
+
+
 def probe(python: str | Path, cwd: str | Path, timeout: float = 600.0) -> Probe:
     """Import vLLM (and torch) in ``python`` run from ``cwd`` (the checkout: moegate imports from there)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
