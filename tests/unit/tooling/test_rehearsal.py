@@ -196,9 +196,12 @@ def test_the_planted_step_serves_the_planted_build_as_the_pr_and_gsm8k_missing_i
     assert "--label=0.33.1.dev2+g2222222 with expert=0:1 planted" in kernels
 
 
-def test_a_leg_that_finished_is_not_run_again_when_its_step_is_called_again(same):
+def test_a_leg_that_finished_is_not_run_again_when_its_step_is_called_again_and_a_cut_one_is(same):
     _, rehearsal, first = same
     calls, _, again = _rehearse(rehearsal.parent.parent, "same")
     assert first.returncode == again.returncode == 0
     assert _legs(calls) == [] and "kernels: done before: exit 0" in again.stdout
     assert not [c for c in calls if c[:2] == ["-m", "moegate.vllm.devsite"]]  # the builds are there: none remade
+    (rehearsal / "same" / "kernels.wall").write_text("exit 124 wall_s 540 (cut by BUDGET_S)\n")
+    calls, _, cut = _rehearse(rehearsal.parent.parent, "same")
+    assert [leg[0] for leg in _legs(calls)] == ["kernels"] and "kernels: exit 0" in cut.stdout  # only the cut leg
