@@ -51,10 +51,8 @@ def test_python_dash_m_moegate_is_the_same_door():
     assert proc.returncode == 0 and proc.stdout.splitlines()[0].startswith("legacy: naive")
 
 
-def test_the_census_hook_says_in_one_line_when_the_census_is_not_here(capsys):
-    import importlib.util
-
-    if importlib.util.find_spec("moegate.vllm.census") is not None:
-        pytest.skip("the census is in this checkout: `moegate census` runs it")
-    assert cli.main(["census"]) == 2
-    assert capsys.readouterr().err.strip() == "moegate census: not in this checkout yet (moegate/vllm/census, issue 30)"
+def test_moegate_census_hands_its_arguments_to_the_census(tmp_path, capsys):
+    # a folder that is not vLLM: the census's own one-line refusal, through the front door
+    assert cli.main(["census", "--vllm-root", str(tmp_path), "--check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"census: {tmp_path} is not a vLLM package: looked for {tmp_path}/__init__.py"]
