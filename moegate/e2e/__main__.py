@@ -88,8 +88,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from moegate.e2e import greedy, pair, prompts, scored
-    from moegate.e2e import run as e2e
+    from moegate.e2e import data as e2e
+    from moegate.e2e import greedy, pair, prompts, rules
 
     gates = tuple(g for g in args.gates.split(",") if g)
     unknown = [g for g in gates if g not in e2e.GATES]
@@ -141,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
             gsm8k.check_lm_eval(args.eval_python or "")
         scoring = not args.strict
         available = len(prompts.prompt_set())
-        cap = min(available, args.score_cap or scored.SCORE_CAP_FACTOR * args.prompts) if scoring else args.prompts
+        cap = min(available, args.score_cap or e2e.SCORE_CAP_FACTOR * args.prompts) if scoring else args.prompts
         loaded = (
             prompts.load(max(cap, args.prompts), prompts_file=args.prompts_file) if "greedy" in gates or scoring else []
         )
@@ -170,10 +170,10 @@ def _run(args: argparse.Namespace) -> int:
             return _stop(args, title, runs, commands, exc)
         raise
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
-    results = pair.compare(runs[0], runs[1], opts, decode, data)
+    results = rules.judge(runs[0], runs[1], opts, decode, data)
     for r in results:
         r.write_json(out / f"gate-{''.join(c if c.isalnum() else '-' for c in r.gate)}.json")
-    notes = [f"wall time {time.monotonic() - t0:.0f} s ({e2e.environment_line()})"]
+    notes = [f"wall time {time.monotonic() - t0:.0f} s ({report.environment_line()})"]
     page = report.render(title, runs, results, commands=commands, notes=notes)
     report.write(Path(args.report), page)
     (out / "e2e.md").write_text(page)
@@ -191,8 +191,8 @@ def _stop(args: argparse.Namespace, title: str, runs: list, commands: list[str],
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from moegate.e2e import greedy, pair, scored
-    from moegate.e2e import run as e2e
+    from moegate.e2e import data as e2e
+    from moegate.e2e import greedy, rules
 
     raw = Path(args.raw)
     runs = [e2e.read_raw(raw, args.base), e2e.read_raw(raw, args.pr)]
@@ -204,7 +204,7 @@ def _compare(args: argparse.Namespace) -> int:
         gsm8k_detect=args.gsm8k_detect, gsm8k_cap=args.gsm8k_cap,
     )  # fmt: skip
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
-    results = pair.compare(runs[0], runs[1], opts, decode, scored.read(raw))
+    results = rules.judge(runs[0], runs[1], opts, decode, e2e.read_scores(raw))
     commands = [" ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:]])]
     page = report.render(f"moegate e2e: {args.base} vs {args.pr}", runs, results, commands=commands)
     report.write(Path(args.report), page)

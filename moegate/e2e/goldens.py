@@ -7,7 +7,8 @@ The key is built from what changes the numbers (vLLM release, device class, dtyp
 model hash, the server flags, the in-flight count), so a golden is never compared
 with a run it cannot equal. A key with no golden fails with the bless command to run;
 a golden changes only through that command (atomic write, the diff printed); a
-truncated or invalid golden is an error naming the line.
+truncated or invalid golden is an error naming the line. What a run's records are checked
+against, and what that verdict is: ``moegate/e2e/rules/golden.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import platform
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -135,3 +137,28 @@ def check(
         return GoldenOutcome(path, "match", f"matches {path.name}", want)
     atomic_write(obtained_path(path), text)
     return GoldenOutcome(path, "differs", f"differs from {path}; obtained: {obtained_path(path)}", want)
+
+
+def device_class(info: dict[str, Any]) -> str:
+    """The device part of a golden's key: the GPU's name, or the CPU's widest vector ISA."""
+    dev = str(info.get("device", "cpu"))
+    if dev != "cpu":
+        return dev
+    flags = ""
+    try:
+        flags = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags"))
+    except (OSError, StopIteration):
+        pass
+    for isa in ("amx_bf16", "avx512_bf16", "avx512f", "avx2"):
+        if f" {isa}" in flags:
+            return f"cpu-{isa}"
+    return f"cpu-{platform.machine()}"
+
+
+def flag_value(flags: Sequence[str], name: str, default: str) -> str:
+    for i, f in enumerate(flags):
+        if f == name and i + 1 < len(flags):
+            return flags[i + 1]
+        if f.startswith(name + "="):
+            return f.split("=", 1)[1]
+    return default

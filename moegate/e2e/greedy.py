@@ -1,4 +1,4 @@
-"""The greedy gate: the same prompts, temperature 0, token by token equal between two builds.
+"""The greedy passes: the same prompts, temperature 0, each build's tokens and top log-probabilities.
 
 A pass sends the prompts in waves of ``in_flight``: one completions request carrying
 the wave's prompts, so the engine receives them together, and the next wave only
@@ -7,9 +7,9 @@ same step, so a wave's batches are the same from run to run: what vLLM needs to
 promise the same output (same version, hardware and batch composition). Token ids
 come back as ids (``return_tokens_as_token_ids``) with the top five log-probabilities
 at every position (``TOP_LOGPROBS``), so a divergence can be judged by the near-tie rule
-of docs/e2e-rules.md (``moegate/e2e/scored.py``): each build's token in the other's top 5,
-both margins within the run's measured noise. This module's own ``compare`` is token
-equality; its *near tie* mark (under ``NEAR_TIE_NATS``) is only a hint in the table.
+of docs/e2e-rules.md (``moegate/e2e/rules/greedy.py``): each build's token in the other's top 5,
+both margins within the run's measured noise; a *near tie* mark (under ``NEAR_TIE_NATS``) in
+the divergence table is only a hint.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moegate.e2e.prompts import Prompt
-from moegate.e2e.verdict import GateResult
 from moegate.serve.client import post
 
 MAX_TOKENS = 128
@@ -120,82 +119,6 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def _top_at(c: Completion, pos: int) -> list[tuple[int, float]]:
-    return c.top[pos] if pos < len(c.top) else []
-
-
-def _fmt_top(top: list[tuple[int, float]]) -> str:
-    if not top:
-        return "(not recorded)"
-    shown = ", ".join(f"{t} ({lp:.4f})" for t, lp in top)
-    if len(top) >= 2:
-        margin = top[0][1] - top[1][1]
-        tie = " near tie" if margin < NEAR_TIE_NATS else ""
-        shown += f"; margin {margin:.4f} nats{tie}"
-    return shown
-
-
-def compare(
-    a_label: str,
-    a: Sequence[Completion],
-    b_label: str,
-    b: Sequence[Completion],
-    *,
-    gate: str,
-    decode: Decode | None = None,
-) -> GateResult:
-    """Token-by-token equality of two passes over the same prompts, with a divergence report."""
-    by_id = {c.prompt_id: c for c in b}
-    diffs: list[dict[str, Any]] = []
-    missing = [c.prompt_id for c in a if c.prompt_id not in by_id]
-    if missing or len(a) != len(b):
-        return GateResult(gate, False, f"{a_label} and {b_label} ran different prompt sets (missing: {missing[:5]})")
-    for ca in a:
-        cb = by_id[ca.prompt_id]
-        if ca.prompt_sha256 != cb.prompt_sha256:
-            diffs.append({"prompt_id": ca.prompt_id, "position": None, "reason": "different prompt text (hash)"})
-            continue
-        pos = first_divergence(ca.token_ids, cb.token_ids)
-        if pos is None:
-            continue
-        d: dict[str, Any] = {
-            "prompt_id": ca.prompt_id,
-            "position": pos,
-            a_label: ca.token_ids[pos : pos + SHOWN_TOKENS],
-            b_label: cb.token_ids[pos : pos + SHOWN_TOKENS],
-            f"{a_label}_top": _top_at(ca, pos),
-            f"{b_label}_top": _top_at(cb, pos),
-        }
-        if decode is not None:
-            d[f"{a_label}_text"] = decode(ca.token_ids[pos:])
-            d[f"{b_label}_text"] = decode(cb.token_ids[pos:])
-        diffs.append(d)
-    n = len(a)
-    if not diffs:
-        return GateResult(gate, True, f"{n} of {n} completions token-identical ({a_label} vs {b_label})")
-    lines = [
-        f"| prompt | first divergent token | {a_label} from there | {b_label} from there | top candidates at that position, {a_label} | top, {b_label} |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for d in diffs:
-        if d["position"] is None:
-            lines.append(f"| {d['prompt_id']} | - | {d['reason']} | | | |")
-            continue
-        show_a = repr(d.get(f"{a_label}_text", "")[:80]) if decode else d[a_label]
-        show_b = repr(d.get(f"{b_label}_text", "")[:80]) if decode else d[b_label]
-        lines.append(
-            f"| {d['prompt_id']} | {d['position']} | {show_a} `{d[a_label]}` | {show_b} `{d[b_label]}` "
-            f"| {_fmt_top(d[f'{a_label}_top'])} | {_fmt_top(d[f'{b_label}_top'])} |"
-        )
-    return GateResult(
-        gate,
-        False,
-        f"{len(diffs)} of {n} completions differ between {a_label} and {b_label}",
-        "\n".join(lines),
-        diffs,
-    )
 
 
 def tokenizer_decoder(model_dir: str) -> Decode | None:

@@ -1,11 +1,14 @@
-"""Both builds' servers up together: each started once, every gate and the scoring phase served by that start.
+"""The e2e tier's orchestrator: both builds' servers up together, each started once, every gate served by that start.
 
-``serve_pair`` starts both builds' servers (or attaches to running ones, ``urls``), runs
-each build's gates against its own server, both builds at once, then the scoring phase of
-``moegate/e2e/scored.py`` against both, then stops the servers it started (in every case: the ``ExitStack`` stops them on any error, and
-``teardown_on_termination`` turns SIGTERM into that). ``compare`` turns the records into
-verdicts: the batch-robust ones by default, ``strict`` the byte-identity ones of
-``moegate/e2e/run.py``.
+``serve_pair`` starts both builds' servers (or attaches to running ones, ``urls``), measures
+each build's gates against its own server (``measure``: the greedy passes, then GSM8K), both
+builds at once, then the scoring phase of ``moegate/e2e/scored.py`` against both (and GSM8K's
+growth where its size rule asks), then stops the servers it started (in every case: the
+``ExitStack`` stops them on any error, and ``teardown_on_termination`` turns SIGTERM into that),
+and writes the raw files (``moegate/e2e/data.py``). The verdicts are the rules' (``rules.judge``).
+The one start of a build is the cost (on a 2-core CPU, ``results/ci-time.md``; on the H200,
+``results/e2e-h200-scored.md``), so every gate of a build shares it; ``python -m moegate.e2e run``
+and the GPU tools (``tools/gpu/e2e_plan.sh``) run pairs through here.
 """
 
 from __future__ import annotations
@@ -18,32 +21,66 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core import progress
-from moegate.e2e import greedy, scored, scored_verdicts, stats
-from moegate.e2e import run as e2e
+from moegate.e2e import greedy, scored, stats
+from moegate.e2e.data import BuildRun, Options, ScoreData, gsm8k_cap, write_raw, write_scores
 from moegate.e2e.prompts import Prompt
-from moegate.e2e.verdict import GateResult
 from moegate.serve.attached import AttachedServer
 from moegate.serve.build import Build, BuildError
 from moegate.serve.server import Server
 
 
+def measure(srv: Server | AttachedServer, run: BuildRun, prompts: Sequence[Prompt], opts: Options, out: Path) -> None:
+    """Every asked-for gate against one running server of ``run.build``."""
+    label = run.build.label
+    if "greedy" in opts.gates:
+        t = time.monotonic()
+        passes = sum(2 if c > 1 else 1 for c in opts.in_flight)
+        with progress.stage(f"{label}: greedy", passes, prefix="e2e", unit="passes") as bar:
+            for c in opts.in_flight:
+                greedy_kw: dict[str, Any] = {
+                    "max_tokens": opts.max_tokens,
+                    "check_alive": lambda: srv.check_alive(grace_s=5),
+                }
+                run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **greedy_kw)
+                bar.advance()
+                if c > 1:  # the same build twice at c in flight: the precondition for comparing two builds there
+                    run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **greedy_kw)
+                    bar.advance()
+        run.seconds["greedy"] = time.monotonic() - t
+    if "gsm8k" in opts.gates:
+        from moegate.e2e import gsm8k
+
+        t = time.monotonic()
+        gsm8k_kw: dict[str, Any] = {
+            "python": opts.eval_python or "", "limit": opts.gsm8k_limit, "task": opts.gsm8k_task, "data": opts.gsm8k_dir,
+            "num_concurrent": opts.gsm8k_in_flight,
+        }  # fmt: skip
+        with progress.stage(f"{label}: GSM8K", 2 if opts.gsm8k_repeat else 1, prefix="e2e", unit="runs") as bar:
+            run.gsm8k = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}", **gsm8k_kw)
+            bar.advance()
+            if opts.gsm8k_repeat:
+                run.gsm8k_repeat = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}-repeat", **gsm8k_kw)
+                bar.advance()
+        run.seconds["gsm8k"] = time.monotonic() - t
+
+
 def serve_pair(
     builds: Sequence[Build],
     prompts: Sequence[Prompt],
-    opts: e2e.Options,
+    opts: Options,
     out: Path,
     *,
     all_prompts: Callable[[int], Sequence[Prompt]],
     available: int,
-    on_run: Callable[[e2e.BuildRun], None] | None = None,
+    on_run: Callable[[BuildRun], None] | None = None,
     urls: Mapping[str, str] | None = None,
-) -> tuple[list[e2e.BuildRun], scored.ScoreData | None]:
+) -> tuple[list[BuildRun], ScoreData | None]:
     """``urls`` (label: URL) names builds whose server already runs (``moegate/serve/attached.py``): used, not started."""
     if len(builds) != 2 or builds[0].label == builds[1].label:
         raise ValueError("the e2e run compares two builds with different labels")
     urls = urls or {}
-    runs: list[e2e.BuildRun] = []
-    data: scored.ScoreData | None = None
+    runs: list[BuildRun] = []
+    data: ScoreData | None = None
     with contextlib.ExitStack() as stack:
         owned = {
             b.label: Server(
@@ -65,11 +102,11 @@ def serve_pair(
                 attached.start()
                 servers.append(attached)
 
-        def _measure(build: Build, info: dict[str, Any], srv: Server | AttachedServer) -> e2e.BuildRun:
-            run = e2e.BuildRun(build, info=info if build.label in owned else {**info, "attached": urls[build.label]})
+        def _measure(build: Build, info: dict[str, Any], srv: Server | AttachedServer) -> BuildRun:
+            run = BuildRun(build, info=info if build.label in owned else {**info, "attached": urls[build.label]})
             t0 = time.monotonic()
             run.start_s = srv.started_s
-            e2e.measure(srv, run, prompts, opts, out)
+            measure(srv, run, prompts, opts, out)
             run.seconds["total"] = time.monotonic() - t0 + (srv.started_s or 0.0)
             return run
 
@@ -101,9 +138,9 @@ def serve_pair(
                 )
                 _extend_gsm8k(servers, runs, data, opts, out)
     for run in runs:
-        e2e.write_raw(run, out)
+        write_raw(run, out)
     if data is not None:
-        scored.write(data, out)
+        write_scores(data, out)
     return runs, data
 
 
@@ -159,13 +196,7 @@ def _alive(srv: Server | AttachedServer) -> Callable[[], None]:
     return lambda: srv.check_alive(grace_s=5)
 
 
-def _gsm8k_cap(opts: e2e.Options) -> int:
-    from moegate.e2e import gsm8k
-
-    return min(gsm8k.ALL_QUESTIONS, opts.gsm8k_cap or scored.GSM8K_CAP_FACTOR * opts.gsm8k_limit)
-
-
-def _discordance(runs: Sequence[e2e.BuildRun]) -> float:
+def _discordance(runs: Sequence[BuildRun]) -> float:
     base, pr = runs
     rates = []
     pairs = [(base.gsm8k, pr.gsm8k)] + [(r.gsm8k, r.gsm8k_repeat) for r in runs if r.gsm8k_repeat is not None]
@@ -178,12 +209,12 @@ def _discordance(runs: Sequence[e2e.BuildRun]) -> float:
     return max(rates, default=0.0)
 
 
-def _extend_gsm8k(servers: Sequence[Any], runs: Sequence[e2e.BuildRun], data: scored.ScoreData, opts: e2e.Options,
+def _extend_gsm8k(servers: Sequence[Any], runs: Sequence[BuildRun], data: ScoreData, opts: Options,
                   out: Path) -> None:  # fmt: skip
     """Too few questions for the promise at the measured discordance: run GSM8K again on more, up to the cap."""
     from moegate.e2e import gsm8k
 
-    cap = _gsm8k_cap(opts)
+    cap = gsm8k_cap(opts)
     limit = opts.gsm8k_limit
     for rnd in range(1, scored.ROUNDS + 1):
         needed = stats.needed_questions(_discordance(runs), detect=opts.gsm8k_detect)
@@ -205,59 +236,3 @@ def _extend_gsm8k(servers: Sequence[Any], runs: Sequence[e2e.BuildRun], data: sc
             timeout_s=opts.score_timeout_s,
         )  # fmt: skip
         data.rounds[-1]["round"] = rnd
-
-
-def compare(
-    base: e2e.BuildRun, pr: e2e.BuildRun, opts: e2e.Options, decode: greedy.Decode | None, data: scored.ScoreData | None
-) -> list[GateResult]:
-    """Every gate's verdict. Strict: byte identity (``run.compare_builds``); else the rules of docs/e2e-rules.md."""
-    if opts.strict:
-        return e2e.compare_builds(base, pr, opts, decode)
-    if data is None or not data.sequences:
-        return [
-            GateResult("scored", False, "no scores: the scoring phase did not run (use --strict for byte identity)")
-        ]
-    tie = scored_verdicts.tie_bound(data)
-    results: list[GateResult] = [scored_verdicts.scored_result(data, detect=opts.score_detect)]
-    if "greedy" in opts.gates:
-        for c in opts.in_flight:
-            pairs = [(f"greedy, {r.build.label} twice, {c} in flight", "first", r.greedy[c], "second", r.repeat[c])
-                     for r in (base, pr) if c in r.repeat]  # fmt: skip
-            pairs.append((f"greedy, {c} in flight", base.build.label, base.greedy[c], pr.build.label, pr.greedy[c]))
-            for gate, la, a, lb, b in pairs:
-                res = greedy.compare(la, a, lb, b, gate=gate, decode=decode)
-                results.append(scored_verdicts.classify_greedy(res, la, lb, len(a), tie))
-            for r in (base, pr):
-                results.append(e2e.check_golden("greedy", r, opts, c, decode))
-    if "gsm8k" in opts.gates:
-        repeats = [(r.build.label, r.gsm8k, r.gsm8k_repeat) for r in (base, pr) if r.gsm8k_repeat is not None]
-        for lab, r1, r2 in repeats:
-            results.append(_noise_row(lab, r1, r2))
-        results.append(
-            scored_verdicts.gsm8k_result(
-                (base.build.label, pr.build.label), base.gsm8k, pr.gsm8k, repeats, data.gsm8k_divergences,
-                scored_verdicts.gsm8k_tie_bound(data, {r.build.label: r.greedy.get(1, []) for r in (base, pr)}),
-                detect=opts.gsm8k_detect, cap=_gsm8k_cap(opts),
-            )
-        )  # fmt: skip
-        for r in (base, pr):
-            results.append(e2e.check_golden("gsm8k", r, opts, None, None))
-    return results
-
-
-def _noise_row(label: str, r1: Any, r2: Any) -> GateResult:
-    """A build against its own repeat: the GSM8K noise floor; fails only if the build disagrees with itself one way."""
-    parts, bad = [], []
-    for f, k in (("strict-match", "exact_match_strict"), ("flexible-extract", "exact_match_flexible")):
-        t = stats.mcnemar(
-            {int(r["doc_id"]): int(r[k]) for r in r1.records}, {int(r["doc_id"]): int(r[k]) for r in r2.records}
-        )
-        parts.append(f"{f} discordant {len(t.a_only)}/{len(t.b_only)} p={t.p:.3g}")
-        if t.p < stats.ALPHA_GSM8K / 2:
-            bad.append(f)
-    differ = sum(1 for x, y in zip(r1.records, r2.records, strict=False) if x["response"] != y["response"])
-    ok = not bad
-    return GateResult(
-        f"gsm8k, {label} twice", ok,
-        f"{'PASS' if ok else 'FAIL'}: noise floor: {differ} of {len(r1.records)} responses differ; " + "; ".join(parts),
-    )  # fmt: skip

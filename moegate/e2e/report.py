@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,7 +12,7 @@ from moegate.core.golden import atomic_write
 from moegate.e2e.verdict import GateResult
 
 if TYPE_CHECKING:
-    from moegate.e2e.run import BuildRun
+    from moegate.e2e.data import BuildRun
 
 
 def _cell(text: object) -> str:
@@ -63,3 +65,7 @@ def _start(info: dict, start: float | None) -> str:
 
 def write(path: Path, text: str) -> None:
     atomic_write(path, text)
+
+
+def environment_line() -> str:
+    return f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cores"

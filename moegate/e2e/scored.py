@@ -1,4 +1,4 @@
-"""The scored comparison and the batch-robust greedy and GSM8K verdicts (issue 18; rules in docs/e2e-rules.md).
+"""The scoring phase: both builds score the same token sequences (issue 18; rules in docs/e2e-rules.md).
 
 While both builds' servers run (each started once, every gate served by that start):
 
@@ -14,84 +14,25 @@ While both builds' servers run (each started once, every gate served by that sta
    and its first divergent token re-scored by both servers (the context up to it plus
    the token): the near-tie rule judges it with the noise bound of step 2.
 
-Afterwards, without servers, ``moegate/e2e/scored_verdicts.py`` turns the scores and the
-greedy and GSM8K comparisons into verdicts: identical, explained (near tie) or unexplained
-for every divergence, an exact McNemar test per GSM8K filter. ``--strict`` keeps the older
-byte-identity verdicts instead.
+Afterwards, without servers, the rules of ``moegate/e2e/rules/`` turn the scores and the
+greedy and GSM8K comparisons into verdicts; the data is kept in ``moegate/e2e/data.py``.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
-
-import numpy as np
 
 from moegate.core import progress
 from moegate.e2e import greedy, scoring, stats
+from moegate.e2e.data import PR_SEQUENCE, SCORE_CAP_FACTOR, ScoreData
 from moegate.e2e.greedy import Completion
 from moegate.e2e.prompts import Prompt
 from moegate.e2e.scoring import Composition, Scored, TokenSeq
 
-SCORE_CAP_FACTOR = 4
-"""The scored comparison may grow to this many times ``--prompts`` (at most the committed set)."""
-GSM8K_CAP_FACTOR = 4
-"""GSM8K may grow to this many times ``--gsm8k-limit`` (at most all 1,319 questions)."""
-PR_SEQUENCE = "+pr"
-"""Suffix of a prompt's sequence id when it carries the PR's continuation (where it differs from the base's)."""
 ROUNDS = 3
 """At most this many extensions: each one re-estimates the noise and the size it needs."""
-
-
-@dataclass
-class ScoreData:
-    """Everything the scoring phase measured, kept for the verdicts and written as ``scores.json``."""
-
-    labels: tuple[str, str]
-    sequences: list[TokenSeq] = field(default_factory=list)
-    scores: dict[str, list[dict[str, Scored]]] = field(default_factory=dict)
-    """build label -> one map (sequence id -> scored) per composition."""
-    compositions: list[Composition] = field(default_factory=list)
-    prompts_used: int = 0
-    cap: int = 0
-    rounds: list[dict[str, Any]] = field(default_factory=list)
-    gsm8k_divergences: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def seq_scores(self) -> list[stats.SeqScores]:
-        a, b = self.labels
-        out = []
-        for s in self.sequences:
-            (a1, a2), (b1, b2) = ([self.scores[lab][k][s.seq_id].logprobs for k in (0, 1)] for lab in (a, b))
-            x1, x2, y1, y2 = (np.asarray(v, dtype=float) for v in (a1, a2, b1, b2))
-            out.append(stats.SeqScores(s.seq_id, x1, x2, y1, y2, {"start": s.start}))
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "labels": list(self.labels),
-            "compositions": [c.__dict__ for c in self.compositions],
-            "sequences": [{"seq_id": s.seq_id, "token_ids": list(s.token_ids), "start": s.start} for s in self.sequences],
-            "scores": {lab: [{k: v.to_json() for k, v in m.items()} for m in per] for lab, per in self.scores.items()},
-            "prompts_used": self.prompts_used, "cap": self.cap, "rounds": self.rounds,
-            "gsm8k_divergences": self.gsm8k_divergences, "seconds": self.seconds,
-        }  # fmt: skip
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ScoreData:
-        out = cls((str(d["labels"][0]), str(d["labels"][1])))
-        out.compositions = [Composition(**c) for c in d["compositions"]]
-        out.sequences = [TokenSeq(s["seq_id"], tuple(s["token_ids"]), int(s["start"])) for s in d["sequences"]]
-        out.scores = {
-            lab: [{k: Scored.from_json(v) for k, v in m.items()} for m in per] for lab, per in d["scores"].items()
-        }
-        out.prompts_used, out.cap, out.rounds = d["prompts_used"], d["cap"], d["rounds"]
-        out.gsm8k_divergences, out.seconds = d.get("gsm8k_divergences", []), d.get("seconds", 0.0)
-        return out
 
 
 def compositions(in_flight: Sequence[int]) -> list[Composition]:
@@ -193,7 +134,7 @@ def rescore_gsm8k(
     timeout_s: float = scoring.SCORE_TIMEOUT_S,
 ) -> list[dict[str, Any]]:
     """Step 4: every GSM8K question whose responses differ, its first divergent token scored by both servers."""
-    from moegate.e2e import gsm8k
+    from moegate.e2e.gsm8k import parse_samples
 
     sides = [_Side(lab, s) for lab, s in zip(labels, servers, strict=True)]
     a = {int(r["doc_id"]): r for r in base_run.records}
@@ -213,7 +154,7 @@ def rescore_gsm8k(
     prompts_text: dict[int, str] = {}  # the texts, only where a question has no record
     if base_run.samples_path is not None and None in recorded.values():
         with open(base_run.samples_path, encoding="utf-8") as fh:
-            prompts_text = {d: s["prompt"] for d, s in gsm8k.parse_samples(fh).items()}
+            prompts_text = {d: s["prompt"] for d, s in parse_samples(fh).items()}
     out = []
     for doc, ids in recorded.items():
         if ids is not None:  # the divergence as it happened
@@ -249,14 +190,3 @@ def rescore_gsm8k(
             "top": {labels[0]: tops[0], labels[1]: tops[1]},
         })  # fmt: skip
     return out
-
-
-def write(data: ScoreData, out: Path) -> Path:
-    path = out / "scores.json"
-    path.write_text(json.dumps(data.to_json()) + "\n")
-    return path
-
-
-def read(out: Path) -> ScoreData | None:
-    path = out / "scores.json"
-    return ScoreData.from_json(json.loads(path.read_text())) if path.is_file() else None

@@ -33,9 +33,8 @@ from pathlib import Path
 import pytest
 
 from moegate.core.hashing import model_hash
-from moegate.e2e.goldens import E2E_GOLDEN_DIR
+from moegate.e2e.goldens import E2E_GOLDEN_DIR, device_class
 from moegate.e2e.pair import start_together
-from moegate.e2e.run import device_class
 from moegate.serve.build import Build
 from moegate.serve.server import Server
 from moegate.vllm.names import API_SERVER

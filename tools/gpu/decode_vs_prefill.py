@@ -5,8 +5,8 @@
 For the base build's greedy continuations at 1 and 4 in flight, each token's log-probability as the
 greedy pass reported it (``top`` at that position) against the scored log-probability of the same
 token under both scoring compositions (``scores.json``), up to where a 4-in-flight continuation
-leaves the scored one; the files are read by moegate's own readers (``moegate.e2e.scored.read``,
-``moegate.e2e.run.read_raw``). Prints per pair and in-flight count the tokens compared, the largest
+leaves the scored one; the files are read by moegate's own readers (``moegate.e2e.data.read_scores``,
+``moegate.e2e.data.read_raw``). Prints per pair and in-flight count the tokens compared, the largest
 difference and the share of tokens that differ at all. A GSM8K divergence happens in decode and is
 re-scored in prefill: this is the noise between the two.
 """
@@ -16,13 +16,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from moegate.e2e import scored
-from moegate.e2e.run import read_raw
+from moegate.e2e.data import read_raw, read_scores
 
 
 def measure(pair: Path) -> dict[int, tuple[int, float, float]]:
     """In-flight count -> (tokens compared, largest difference, share that differ), read with moegate's readers."""
-    data = scored.read(pair / "run")
+    data = read_scores(pair / "run")
     if data is None:
         raise SystemExit(f"{pair}: no run/scores.json")
     greedy = read_raw(pair / "run", "base").greedy

@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from moegate.e2e.run import read_raw
+from moegate.e2e.data import read_raw
 
 
 def main(argv: list[str]) -> int:

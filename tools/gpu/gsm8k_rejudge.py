@@ -14,8 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-from moegate.e2e import scored, scored_verdicts, stats
-from moegate.e2e.run import read_raw
+from moegate.e2e import stats
+from moegate.e2e.data import read_raw, read_scores
+from moegate.e2e.rules import gsm8k as gsm8k_rule
+from moegate.e2e.rules import noise
 
 
 def main(argv: list[str]) -> int:
@@ -25,11 +27,11 @@ def main(argv: list[str]) -> int:
         )
         return 2
     run = Path(argv[0])
-    data = scored.read(run)
+    data = read_scores(run)
     assert data is not None
     greedy_1 = {lab: read_raw(run, lab).greedy[1] for lab in data.labels}
-    m_w, m_d = stats.noise_max(data.seq_scores()), scored_verdicts.decode_noise(data, greedy_1)
-    before, after = scored_verdicts.tie_bound(data), scored_verdicts.gsm8k_tie_bound(data, greedy_1)
+    m_w, m_d = stats.noise_max(data.seq_scores()), noise.decode_noise(data, greedy_1)
+    before, after = noise.tie_bound(data), noise.gsm8k_tie_bound(data, greedy_1)
     print(
         f"M_w {m_w:.4f} nats, M_d {m_d:.4f} nats; tie bound 2 M_w = {before:.4f}, GSM8K's 2 max(M_w, M_d) = {after:.4f}"
     )
@@ -38,7 +40,7 @@ def main(argv: list[str]) -> int:
     stand_in = type("Records", (), {"records": records})
     for name, tie in (("2 M_w", before), ("2 max(M_w, M_d)", after)):
         divs = json.loads(json.dumps(data.gsm8k_divergences))
-        scored_verdicts.gsm8k_result(data.labels, stand_in, stand_in, [], divs, tie, detect=1.0, cap=len(records) or 1)
+        gsm8k_rule.gsm8k_result(data.labels, stand_in, stand_in, [], divs, tie, detect=1.0, cap=len(records) or 1)
         unexplained = [d["doc_id"] for d in divs if not d["explained"]]
         unjudged = [d["doc_id"] for d in divs if d.get("unjudged")]
         print(f"{name}: {len(divs)} differing responses; unexplained: {unexplained or 'none'}; "

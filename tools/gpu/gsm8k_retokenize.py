@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from moegate.e2e.gsm8k_output import parse_samples
+from moegate.e2e.gsm8k.output import parse_samples
 
 
 def _samples(run: Path, side: str) -> dict[int, dict[str, Any]]:

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moegate.e2e import greedy
-from moegate.e2e.greedy import Completion, compare, first_divergence, parse_choice
+from moegate.e2e.greedy import Completion, first_divergence, parse_choice
+from moegate.e2e.rules.greedy import compare
 
 
 @given(st.lists(st.integers(0, 9), max_size=20), st.lists(st.integers(0, 9), max_size=20))

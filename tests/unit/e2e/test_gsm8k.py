@@ -10,18 +10,19 @@ from pathlib import Path
 import pytest
 
 from moegate import paths
-from moegate.e2e import gsm8k, gsm8k_lm_eval
+from moegate.e2e import gsm8k
 from moegate.e2e.gsm8k import (
     CHECKSUMS,
     GSM8K_TASK_SETTINGS,
     Gsm8kData,
     Gsm8kDataError,
     Gsm8kError,
-    compare,
     parse_samples,
     read_run,
     records,
 )
+from moegate.e2e.gsm8k import harness as gsm8k_lm_eval
+from moegate.e2e.rules.gsm8k import compare, first_difference
 from moegate.e2e.verdict import GateResult
 
 FIXTURE = Path(__file__).parents[1] / "data" / "gsm8k_samples_lm_eval_0.4.13.jsonl"
@@ -359,8 +360,8 @@ def test_markdown_shows_each_pair_from_its_first_difference() -> None:
     common = "y" * 300
     a[0] = {**a[0], "response": common + "AAAA tail"}
     b[0] = {**b[0], "response": common + "BBBB tail"}
-    assert gsm8k.first_difference(response(a[0]), response(b[0])) == 300
-    assert gsm8k.first_difference("abc", "abcd") == 3
+    assert first_difference(response(a[0]), response(b[0])) == 300
+    assert first_difference("abc", "abcd") == 3
     md = compare(a, b).details_markdown
     assert "differ from character 300" in md
     assert "…(260 chars) " + "y" * 40 + "AAAA tail" in md and "y" * 40 + "BBBB tail" in md

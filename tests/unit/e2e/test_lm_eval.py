@@ -28,7 +28,7 @@ def test_missing_lm_eval_is_one_line(tmp_path: Path) -> None:
 
 def test_a_good_lm_eval_is_asked_once_per_interpreter_and_a_missing_one_every_time(tmp_path: Path) -> None:
     """A run starts lm-eval several times: asking its version (an import of lm-eval) once is enough."""
-    from moegate.e2e.gsm8k_task import LM_EVAL_VERSION
+    from moegate.e2e.gsm8k.task import LM_EVAL_VERSION
 
     calls = tmp_path / "calls"
     py = tmp_path / "python"

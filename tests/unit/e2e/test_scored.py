@@ -11,7 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from moegate.e2e import scored, scored_verdicts, stats
+from moegate.e2e import data as e2e_data
+from moegate.e2e import stats
+from moegate.e2e.rules import greedy as greedy_rule
+from moegate.e2e.rules import gsm8k as gsm8k_rule
+from moegate.e2e.rules import identical, noise
 from moegate.e2e.scoring import Composition, Scored, ScoringError, TokenSeq, parse_prompt_logprobs
 from moegate.e2e.verdict import GateResult
 
@@ -57,9 +61,9 @@ def test_a_sequence_needs_a_scored_token():
         TokenSeq("p", (1, 2), 0)
 
 
-def _data(b_shift: float = 0.0) -> scored.ScoreData:
+def _data(b_shift: float = 0.0) -> e2e_data.ScoreData:
     rng = np.random.default_rng(0)
-    data = scored.ScoreData(("base", "pr"), compositions=[Composition("w", 4), Composition("r", 1, True)])
+    data = e2e_data.ScoreData(("base", "pr"), compositions=[Composition("w", 4), Composition("r", 1, True)])
     data.scores = {"base": [{}, {}], "pr": [{}, {}]}
     for i in range(10):
         seq = TokenSeq(f"s{i}", tuple(range(30)), 10)
@@ -76,15 +80,15 @@ def _data(b_shift: float = 0.0) -> scored.ScoreData:
 
 def test_score_data_survives_its_json():
     data = _data(-0.01)
-    back = scored.ScoreData.from_json(data.to_json())
+    back = e2e_data.ScoreData.from_json(data.to_json())
     assert [s.shift() for s in back.seq_scores()] == pytest.approx([s.shift() for s in data.seq_scores()])
     assert back.compositions == data.compositions and back.labels == ("base", "pr")
 
 
 def test_the_scored_gate_passes_identical_scorings_and_fails_a_shift_with_evidence():
-    ok = scored_verdicts.scored_result(_data())
+    ok = identical.scored_result(_data())
     assert ok.passed and ok.summary.startswith("PASS")
-    bad = scored_verdicts.scored_result(_data(-0.002))
+    bad = identical.scored_result(_data(-0.002))
     assert not bad.passed and "systematic shift" in bad.summary
     assert "worst token" in bad.details_markdown and "| mean shift pr - base" in bad.details_markdown
 
@@ -95,16 +99,12 @@ def _greedy_diff(a_top, b_top) -> GateResult:
 
 
 def test_a_near_tie_divergence_passes_the_greedy_gate_and_is_counted_as_explained():
-    res = scored_verdicts.classify_greedy(
-        _greedy_diff([(7, -1.0), (9, -1.01)], [(9, -1.0), (7, -1.02)]), "base", "pr", 4, 0.05
-    )
+    res = greedy_rule.classify(_greedy_diff([(7, -1.0), (9, -1.01)], [(9, -1.0), (7, -1.02)]), "base", "pr", 4, 0.05)
     assert res.passed and res.summary.startswith("3 identical, 1 explained (near tie), 0 unexplained of 4")
 
 
 def test_a_wide_margin_divergence_fails_the_greedy_gate_as_unexplained():
-    res = scored_verdicts.classify_greedy(
-        _greedy_diff([(7, -0.1), (9, -3.0)], [(9, -0.1), (7, -3.0)]), "base", "pr", 4, 0.05
-    )
+    res = greedy_rule.classify(_greedy_diff([(7, -0.1), (9, -3.0)], [(9, -0.1), (7, -3.0)]), "base", "pr", 4, 0.05)
     assert not res.passed and "1 unexplained" in res.summary and "p1@3" in res.summary
 
 
@@ -118,10 +118,10 @@ class _Run:
 
 def test_gsm8k_passes_equal_scores_and_fails_a_one_way_drop_listing_the_doc_ids():
     a = _Run([1] * 12 + [0] * 8)
-    same = scored_verdicts.gsm8k_result(("base", "pr"), a, a, [("base", a, a)], [], 0.0, detect=1.0, cap=80)
+    same = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [("base", a, a)], [], 0.0, detect=1.0, cap=80)
     assert same.passed
     b = _Run([0] * 10 + [1] * 2 + [0] * 8)
-    drop = scored_verdicts.gsm8k_result(("base", "pr"), a, b, [("base", a, a)], [], 0.0, detect=1.0, cap=80)
+    drop = gsm8k_rule.gsm8k_result(("base", "pr"), a, b, [("base", a, a)], [], 0.0, detect=1.0, cap=80)
     assert not drop.passed and "discordant doc ids 0, 1, 2" in drop.summary
     assert "exact_match differs" in drop.summary
 
@@ -130,19 +130,19 @@ def test_gsm8k_fails_an_unexplained_response_divergence_even_at_equal_scores():
     a = _Run([1, 0])
     div = {"doc_id": 1, "position": 4, "tokens": {"base": 7, "pr": 9},
            "top": {"base": [[7, -0.1], [9, -4.0]], "pr": [[9, -0.1], [7, -4.0]]}}  # fmt: skip
-    res = scored_verdicts.gsm8k_result(("base", "pr"), a, a, [], [div], 0.05, detect=1.0, cap=8)
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [div], 0.05, detect=1.0, cap=8)
     assert not res.passed and "1 of 1 differing responses unexplained (doc ids 1)" in res.summary
     near = {**div, "top": {"base": [[7, -0.10], [9, -0.11]], "pr": [[9, -0.10], [7, -0.12]]}}
-    assert scored_verdicts.gsm8k_result(("base", "pr"), a, a, [], [near], 0.05, detect=1.0, cap=8).passed
+    assert gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [near], 0.05, detect=1.0, cap=8).passed
 
 
 def test_the_tie_bound_is_twice_the_runs_largest_same_build_change():
     data = _data()
     data.scores["base"][1]["s3"].logprobs[5] += 0.2
-    assert scored_verdicts.tie_bound(data) == pytest.approx(2 * 0.2) == stats.tie_bound(0.2)
+    assert noise.tie_bound(data) == pytest.approx(2 * 0.2) == stats.tie_bound(0.2)
 
 
-def _decoded(data: scored.ScoreData, seq_id: str, moved: dict[int, float]) -> list:
+def _decoded(data: e2e_data.ScoreData, seq_id: str, moved: dict[int, float]) -> list:
     """The greedy record of a sequence's continuation: each token decoded at its prefill log-probability, but
     ``moved`` (position: change), as a decode step computing it another way would report."""
     from moegate.e2e.greedy import Completion
@@ -160,13 +160,13 @@ def test_gsm8ks_tie_bound_takes_the_decode_to_prefill_change_of_the_same_build()
     data = _data()
     data.scores["base"][1]["s3"].logprobs[5] += 0.05  # batch noise 0.05
     greedy_1 = {"base": _decoded(data, "s2", {7: -0.3}), "pr": _decoded(data, "s4", {1: 0.1})}
-    assert scored_verdicts.decode_noise(data, greedy_1) == pytest.approx(0.3)
-    assert scored_verdicts.gsm8k_tie_bound(data, greedy_1) == pytest.approx(0.6)
-    assert scored_verdicts.gsm8k_tie_bound(data, {"base": [], "pr": []}) == pytest.approx(0.1)
+    assert noise.decode_noise(data, greedy_1) == pytest.approx(0.3)
+    assert noise.gsm8k_tie_bound(data, greedy_1) == pytest.approx(0.6)
+    assert noise.gsm8k_tie_bound(data, {"base": [], "pr": []}) == pytest.approx(0.1)
     # a continuation that is not the scored one (another prompt's tokens) measures nothing
     other = _decoded(data, "s2", {7: -0.3})[0]
     other.token_ids = [t + 1 for t in other.token_ids]
-    assert scored_verdicts.decode_noise(data, {"base": [other]}) == 0.0
+    assert noise.decode_noise(data, {"base": [other]}) == 0.0
 
 
 def test_a_divergence_rescored_off_the_builds_own_top_lists_is_left_to_the_exact_test_unless_one_steep_list_misses():
@@ -176,14 +176,14 @@ def test_a_divergence_rescored_off_the_builds_own_top_lists_is_left_to_the_exact
     a = _Run([1, 0])
     top = [[50, -1.0], [51, -1.1], [52, -1.2], [53, -1.3], [54, -1.4]]
     off = {"doc_id": 1, "position": 4, "tokens": {"base": 7, "pr": 9}, "top": {"base": top, "pr": top}}
-    res = scored_verdicts.gsm8k_result(("base", "pr"), a, a, [], [off], 0.05, detect=1.0, cap=8)
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [off], 0.05, detect=1.0, cap=8)
     assert res.passed and "1 not judged by re-scoring" in res.summary, res.summary
     one_sided = {**off, "tokens": {"base": 50, "pr": 9}}
-    res = scored_verdicts.gsm8k_result(("base", "pr"), a, a, [], [one_sided], 0.05, detect=1.0, cap=8)
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [one_sided], 0.05, detect=1.0, cap=8)
     assert not res.passed and "1 of 1 differing responses unexplained" in res.summary
     # the same, but the PR's list is flat (all five within the tie bound of its first): a token just below it can
     # be the first in decode, as the random model's was on the H200 (doc 228)
     flat = [[50, -7.30], [51, -7.31], [52, -7.33], [53, -7.35], [54, -7.36]]
     one_flat = {**one_sided, "top": {"base": top, "pr": flat}}
-    res = scored_verdicts.gsm8k_result(("base", "pr"), a, a, [], [one_flat], 0.094, detect=1.0, cap=8)
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [one_flat], 0.094, detect=1.0, cap=8)
     assert res.passed and "1 not judged by re-scoring" in res.summary, res.summary

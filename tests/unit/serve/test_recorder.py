@@ -20,7 +20,7 @@ import pytest
 
 from moegate.core import hashing
 from moegate.e2e import scored
-from moegate.e2e.gsm8k_output import Gsm8kRun, attach_decoded
+from moegate.e2e.gsm8k.output import Gsm8kRun, attach_decoded
 from moegate.e2e.scoring import Scored
 from moegate.serve import recorder
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core.hashing import text_sha256
-from moegate.e2e.gsm8k_task import FILTERS, LM_EVAL_VERSION, LOCAL_TASK, Gsm8kError
+from moegate.e2e.gsm8k.task import FILTERS, LM_EVAL_VERSION, LOCAL_TASK, Gsm8kError
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """lm-eval's own command line for a task that lives in ``--include_path`` alone: run by path in lm-eval's env.
 
-``python -P lm_eval_local.py run ... --include_path DIR`` is ``python -m lm_eval run ...`` with one difference:
+``python -P launcher.py run ... --include_path DIR`` is ``python -m lm_eval run ...`` with one difference:
 lm-eval builds its task index from DIR only (``TaskManager(include_defaults=False)``, lm-eval's own switch, which
 its command line does not offer), not also from its 14,684 built-in task files, read on every start: most of an
-lm-eval start's CPU time on the 2-core machine (results/ci-time.md, "Less CPU work"). The gate's local GSM8K task (``gsm8k_task.write_task_yaml``) is
+lm-eval start's CPU time on the 2-core machine (results/ci-time.md, "Less CPU work"). The gate's local GSM8K task (``task.write_task_yaml``) is
 self-contained YAML, so nothing of the built-in index is used; lm-eval's own ``gsm8k`` task still runs through
 ``python -m lm_eval``. Imports lm-eval and the standard library only: lm-eval's environment need not have moegate.
 """

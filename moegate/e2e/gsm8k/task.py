@@ -1,7 +1,7 @@
 """The GSM8K gate's task: its settings, where its data and lm-eval are, the task YAML lm-eval reads.
 
 lm-eval 0.4.13's own ``gsm8k`` settings, pointed at the local GSM8K JSONL files (checked
-against their published sha256); ``moegate.e2e.gsm8k`` is the gate's face."""
+against their published sha256); ``moegate.e2e.gsm8k`` is the package."""
 
 from __future__ import annotations
 
