@@ -1,6 +1,6 @@
 """Builds as interpreters: a venv that sees a Python's packages plus unpacked sites, optionally with a planted bug.
 
-    python -m moegate.vllm.planted DEST --python PY [--site DIR]... [--bug SPEC]
+    python -m moegate.vllm.planted DEST --python PY [--site DIR]... [--bug SPEC] [--version V]
 
 makes ``DEST`` a venv (``PY -m venv --without-pip``) whose interpreter ``DEST/bin/python`` is a
 build the e2e and A/B tiers take as ``--base``/``--pr``: no search-path variable anywhere. A venv made
@@ -22,7 +22,19 @@ variable: the bug belongs to the build), and a ``.pth`` line that imports it at 
   before its rounding: a systematic output error that bfloat16 rounding does not swallow);
 - ``uva=noop``: the UVA offloader offloads and marks nothing; ``uva=back``: after post-processing,
   marked weights are copied back to the device and stay marked (``moegate.vllm.offload_truth`` must
-  fail both).
+  fail both);
+- ``naive-scale=F``: the Qwen3-MoE block's output times ``F`` only on calls with
+  ``tokens * top_k * 4 <= experts`` (small-batch decode), every placement (reachable on a CPU);
+- ``naive-host-top1=F``: the top-1 router weight times ``F`` in the fused-MoE experts on calls in that
+  region whose expert weights are host-resident (UVA): where the change under test acts (a GPU);
+- ``naive-top1=F``: the same on every placement (inside vLLM's fused-MoE op: graphs and compile see it);
+- ``reround=K`` (harmless): the Qwen3-MoE block's output times ``K`` and divided by ``K`` again in the
+  model's dtype: the same mathematics, two more roundings (a power of two: bit-identical);
+- ``reround-attn=K`` (harmless): the same on the attention block's output.
+
+``--version V`` relabels the build: its vLLM reports release ``V`` (``vllm.__version__``, the server's
+``/version``), as a dev build of a pull request does (``0.33.1.dev1+g1111111``): the goldens of its key do
+not exist; nothing else changes.
 
 A bad spec, a missing ``PY`` or a ``DEST`` that is something other than such a build: one line,
 exit 2, nothing written.
@@ -48,6 +60,16 @@ _SEARCH_PATH_VARIABLES = ("PYTHON" + "PATH", "PYTHON" + "HOME")  # spelled so th
 _PROBE = "import json, sys, sysconfig; print(json.dumps([sys.path, sysconfig.get_path('purelib')]))"
 
 
+FACTOR_KINDS = ("naive-scale", "naive-top1", "naive-host-top1", "reround", "reround-attn")
+"""Kinds whose value is one factor, kept in the config as ``factor``."""
+KINDS = (
+    "scale=F, weights=F, expert=SRC:DST, renorm=off, uva=noop|back, naive-scale=F, naive-top1=F, naive-host-top1=F,"
+    " reround=K or reround-attn=K"
+)
+HARMLESS = ("reround", "reround-attn")
+"""Kinds that change roundings only, not the mathematics: a harmless change, for the ``equivalent`` promise."""
+
+
 class BuildError(ValueError):
     """A build that cannot be made as asked; the message is one line."""
 
@@ -57,9 +79,15 @@ def parse_bug(spec: str) -> dict[str, Any]:
     kind, sep, value = spec.partition("=")
     kind, value = kind.strip(), value.strip()
     if not sep:
-        raise BuildError(
-            f"--bug {spec!r}: expected KIND=VALUE (scale=F, weights=F, expert=SRC:DST, renorm=off or uva=noop|back)"
-        )
+        raise BuildError(f"--bug {spec!r}: expected KIND=VALUE ({KINDS})")
+    if kind in FACTOR_KINDS:
+        try:
+            factor = float(value)
+        except ValueError:
+            raise BuildError(f"--bug {spec!r}: {kind} needs a number, e.g. {kind}=1.01") from None
+        if not (factor > 0 and factor != 1.0 and factor != float("inf")):
+            raise BuildError(f"--bug {spec!r}: {kind} must be a finite number > 0 other than 1")
+        return {"spec": spec, "kind": kind, "factor": factor}
     if kind in ("scale", "weights"):
         try:
             factor = float(value)
@@ -81,7 +109,7 @@ def parse_bug(spec: str) -> dict[str, Any]:
         if value != "off":
             raise BuildError(f"--bug {spec!r}: the renormalisation bug is renorm=off")
         return {"spec": spec, "kind": "renorm", "renorm": "off"}
-    raise BuildError(f"--bug {spec!r}: unknown kind {kind!r} (scale, weights, expert, renorm or uva)")
+    raise BuildError(f"--bug {spec!r}: unknown kind {kind!r} ({KINDS})")
 
 
 def _probe(python: str) -> tuple[list[str], str]:
@@ -95,10 +123,16 @@ def _probe(python: str) -> tuple[list[str], str]:
     return [p for p in path if p and p != "/"], purelib
 
 
-def make_build(dest: Path, python: str, *, sites: Sequence[str] = (), bug: str | None = None) -> Path:
+def make_build(
+    dest: Path, python: str, *, sites: Sequence[str] = (), bug: str | None = None, version: str | None = None
+) -> Path:
     """Make ``dest`` a build (see the module docstring) and return its interpreter, ``dest/bin/python``."""
     dest = Path(dest).absolute()
     config = parse_bug(bug) if bug is not None else None
+    if version is not None:
+        if not version.strip() or any(c.isspace() for c in version):
+            raise BuildError(f"--version {version!r}: a release label without spaces, e.g. 0.33.1.dev1+g1111111")
+        config = {**(config or {}), "version": version}
     found = shutil.which(python)
     if found is None:
         raise BuildError(f"--python {python}: no such interpreter")
@@ -132,7 +166,9 @@ def make_build(dest: Path, python: str, *, sites: Sequence[str] = (), bug: str |
             shutil.copyfile(PLANT_SOURCE, site_packages / f"{PLANT_MODULE}.py")
             (site_packages / f"{PLANT_MODULE}.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
             (site_packages / f"{PLANT_MODULE}.pth").write_text(f"import {PLANT_MODULE}\n", encoding="utf-8")
-        record = {"python": found, "sites": site_dirs, "paths": extra, "bug": config}
+        record = {"python": found, "sites": site_dirs, "paths": extra, "bug": config if bug is not None else None}
+        if version is not None:
+            record["version"] = version
         (dest / RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)  # nothing written half
@@ -145,10 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("dest", type=Path, help="the build's venv directory (made, or remade if it is one)")
     ap.add_argument("--python", required=True, help="the interpreter whose packages the build sees")
     ap.add_argument("--site", action="append", default=[], help="a directory first on the path (repeatable)")
-    ap.add_argument("--bug", default=None, help="scale=F, weights=F, expert=SRC:DST, renorm=off or uva=noop|back")
+    ap.add_argument("--bug", default=None, help=KINDS)
+    ap.add_argument("--version", default=None, help="the vLLM release the build reports (a dev build's label)")
     args = ap.parse_args(argv)
     try:
-        python = make_build(args.dest, args.python, sites=args.site, bug=args.bug)
+        python = make_build(args.dest, args.python, sites=args.site, bug=args.bug, version=args.version)
     except BuildError as exc:
         print(f"moegate.vllm.planted: {exc}", file=sys.stderr)
         return 2

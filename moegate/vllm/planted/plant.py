@@ -7,7 +7,8 @@ the bug lives in and patches that module once it has run; a name that is not whe
 stops the import with an error (the patch is checked, not assumed), and each patch says on stderr
 what it changed, so a server's log shows that its build carries the bug.
 
-Kinds (``moegate.vllm.planted.parse_bug`` writes the config):
+Kinds (``moegate.vllm.planted.parse_bug`` writes the config; a config may also carry ``version``, the release
+the build then reports, as a dev build would: no numerics change):
 
 - ``scale``: the Qwen3-MoE block's output times ``scale``, on every dispatch path;
 - ``expert``: on the sorted path with host-resident (UVA-offloaded) expert weights, the blocks
@@ -23,7 +24,24 @@ Kinds (``moegate.vllm.planted.parse_bug`` writes the config):
   whatever the budget (offloading that silently does nothing). ``back``: after each layer's
   ``process_weights_after_loading``, still inside the loader's ``device_loading_context``, every
   marked weight's data is replaced by a device copy while its marker stays (post-processing that
-  puts a weight back on the device), so the context does not re-offload it.
+  puts a weight back on the device), so the context does not re-offload it;
+- ``naive-scale``: the Qwen3-MoE block's output times ``factor``, but only on calls in the naive region
+  (``tokens * top_k * 4 <= experts``: small-batch decode), on every placement: a bug that teacher-forced
+  scoring (prefill, hundreds of tokens a call) never reaches;
+- ``naive-host-top1``: in the fused-MoE experts (``fused_experts`` and ``TritonExperts.apply``), the top-1
+  router weight times ``factor`` on calls in the naive region whose expert weights are host-resident (UVA):
+  small-batch decode with offloaded experts, exactly where the change under test acts;
+- ``naive-top1``: the same on every placement. Both act inside vLLM's fused-MoE custom op, which a compiled
+  model calls as one opaque op and CUDA graphs capture per batch size, so the region is decided per call;
+  ``naive-scale`` acts on the model's own forward, which ``torch.compile`` traces (an eager server, or a CPU);
+- ``reround`` (harmless, not a bug): the Qwen3-MoE block's output multiplied by ``factor`` and divided by it
+  again, each in the model's dtype: the same mathematics with two more roundings, every element moved by at
+  most about one unit in the last place, of either sign (a power of two is exact: bit-identical);
+- ``reround-attn`` (harmless): the same on the attention block's output (``Qwen3MoeAttention``), as another
+  attention kernel rounds differently.
+
+Every patched function is a plain Python wrapper without any data-dependent branch: under CUDA-graph
+capture the condition on the call's shape is decided once per captured size, as vLLM's own code does.
 """
 
 from __future__ import annotations
@@ -39,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 CONFIG: dict[str, Any] = json.loads(Path(__file__).with_suffix(".json").read_text(encoding="utf-8"))
+VERSION = "vllm.version"
 QWEN3_MOE = "vllm.model_executor.models.qwen3_moe"
 FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
 TRITON_MOE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
@@ -50,7 +69,13 @@ MARK = "_moegate_planted"
 
 
 def _say(what: str) -> None:
-    print(f"moegate planted ({CONFIG['spec']}): {what}", file=sys.stderr, flush=True)
+    print(f"moegate planted ({CONFIG.get('spec') or 'relabel'}): {what}", file=sys.stderr, flush=True)
+
+
+def _relabel(module: Any) -> str:
+    """The release the build reports (``vllm.__version__``, the server's ``/version``): a dev build's label."""
+    old, module.__version__ = module.__version__, str(CONFIG["version"])
+    return f"__version__ {old} reported as {module.__version__}"
 
 
 def _scale(module: Any) -> str:
@@ -144,6 +169,111 @@ def _uva_back(module: Any) -> str:
     return "device_loading_context: marked weights copied back to the device after post-processing, still marked"
 
 
+def _region(top_k: int, experts: int, tokens: int) -> bool:
+    """The naive region of the Triton fused MoE: ``tokens * top_k * 4 <= experts`` (small-batch decode)."""
+    return tokens * top_k * 4 <= experts
+
+
+def _naive_scale(module: Any) -> str:
+    block = module.Qwen3MoeSparseMoeBlock
+    init, forward = block.__init__, block.forward
+    factor = float(CONFIG["factor"])
+    bind = inspect.signature(init).bind
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        cfg = bind(self, *args, **kwargs).arguments["vllm_config"].model_config.hf_text_config
+        self._moegate_region = (int(cfg.num_experts_per_tok), int(cfg.num_experts))
+
+    def planted(self: Any, hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
+        out = forward(self, hidden_states, *args, **kwargs)
+        tokens = hidden_states.shape[0] if hidden_states.dim() > 1 else 1
+        top_k, experts = self._moegate_region
+        return out * factor if _region(top_k, experts, tokens) else out
+
+    for fn in (__init__, planted):
+        setattr(fn, MARK, True)
+    block.__init__, block.forward = __init__, planted
+    return f"Qwen3MoeSparseMoeBlock.forward output x {factor} where tokens*top_k*4 <= experts"
+
+
+def _host_resident(*weights: Any) -> bool:
+    return any(getattr(w, UVA_MARKER, False) for w in weights)
+
+
+def _top1(weights: Any, factor: float) -> Any:
+    out = weights.clone()
+    out[:, 0] *= factor
+    return out
+
+
+def _naive_host_top1(module: Any) -> str:
+    factor = float(CONFIG["factor"])
+    host = CONFIG["kind"] == "naive-host-top1"
+    where = "host-resident and " if host else ""
+    if module.__name__ == TRITON_MOE:
+        cls = module.TritonExperts
+        original = cls.apply
+        sig = inspect.signature(original)
+        for name in ("w1", "w2", "topk_weights", "topk_ids"):
+            if name not in sig.parameters:
+                raise AttributeError(f"{module.__name__}.TritonExperts.apply has no {name}")
+
+        def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(self, *args, **kwargs)
+            a = bound.arguments
+            ids = a["topk_ids"]
+            experts = int(a.get("global_num_experts") or -1)
+            experts = experts if experts > 0 else int(a["w1"].shape[0])
+            if (not host or _host_resident(a["w1"], a["w2"])) and _region(ids.shape[1], experts, ids.shape[0]):
+                a["topk_weights"] = _top1(a["topk_weights"], factor)
+            return original(*bound.args, **bound.kwargs)
+
+        setattr(apply, MARK, True)
+        cls.apply = apply
+        return f"TritonExperts.apply: top-1 weight x {factor} where {where}tokens*top_k*4 <= experts"
+    original = module.fused_experts
+    if getattr(original, MARK, False):
+        return "fused_experts (already planted)"
+    sig = inspect.signature(original)
+
+    def fused_experts(*args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(*args, **kwargs)
+        a = bound.arguments
+        ids = a["topk_ids"]
+        experts = int(a.get("global_num_experts") or -1)
+        experts = experts if experts > 0 else int(a["w1"].shape[0])
+        if (not host or _host_resident(a["w1"], a["w2"])) and _region(ids.shape[1], experts, ids.shape[0]):
+            a["topk_weights"] = _top1(a["topk_weights"], factor)
+        return original(*bound.args, **bound.kwargs)
+
+    setattr(fused_experts, MARK, True)
+    module.fused_experts = fused_experts
+    return f"fused_experts: top-1 weight x {factor} where {where}tokens*top_k*4 <= experts"
+
+
+def _rerounded(cls: Any, factor: float) -> str:
+    original = cls.forward
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, *args, **kwargs)
+        # explicit conversions, each a rounding to the model's dtype that a compiler keeps (a fused kernel may
+        # otherwise hold the intermediate in float32, and x * K / K would round back to x)
+        return ((out.float() * factor).to(out.dtype).float() / factor).to(out.dtype)
+
+    setattr(forward, MARK, True)
+    cls.forward = forward
+    return f"{cls.__name__}.forward output re-rounded through x {factor} / {factor}"
+
+
+def _reround(module: Any) -> str:
+    return _rerounded(module.Qwen3MoeSparseMoeBlock, float(CONFIG["factor"]))
+
+
+def _reround_attn(module: Any) -> str:
+    return _rerounded(module.Qwen3MoeAttention, float(CONFIG["factor"]))
+
+
 PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
     "scale": {QWEN3_MOE: _scale},
     "expert": {FUSED_MOE: _expert, TRITON_MOE: _expert},
@@ -151,6 +281,11 @@ PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
     "weights": {TOPK_ROUTER: _weights},
     "uva=noop": {UVA_OFFLOADER: _uva_noop},
     "uva=back": {LOADER_UTILS: _uva_back},
+    "naive-scale": {QWEN3_MOE: _naive_scale},
+    "naive-host-top1": {FUSED_MOE: _naive_host_top1, TRITON_MOE: _naive_host_top1},
+    "naive-top1": {FUSED_MOE: _naive_host_top1, TRITON_MOE: _naive_host_top1},
+    "reround": {QWEN3_MOE: _reround},
+    "reround-attn": {QWEN3_MOE: _reround_attn},
 }
 """Patches by bug: its kind, or kind=value where the value picks a different patch."""
 
@@ -181,5 +316,15 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-FINDER = _Finder(PATCHES.get(CONFIG["kind"]) or PATCHES[f"{CONFIG['kind']}={CONFIG[CONFIG['kind']]}"])
+def _patches(config: dict[str, Any]) -> dict[str, Callable[[Any], str]]:
+    kind = config.get("kind")
+    if not kind:
+        return {}
+    return dict(PATCHES.get(kind) or PATCHES[f"{kind}={config[kind]}"])
+
+
+_ACTIVE = _patches(CONFIG)
+if CONFIG.get("version"):
+    _ACTIVE[VERSION] = _relabel
+FINDER = _Finder(_ACTIVE)
 sys.meta_path.insert(0, FINDER)

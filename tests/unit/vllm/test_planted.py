@@ -261,3 +261,104 @@ def test_the_cli_prints_the_builds_interpreter_and_remakes_its_own_build(tmp_pat
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == str(dest / "bin" / "python")
     assert not list(dest.glob("lib/*/site-packages/moegate_planted*"))  # the remade build has no bug
+
+
+QWEN3_CONFIG_STANDIN = """
+import types
+
+class Qwen3MoeSparseMoeBlock:
+    def __init__(self, vllm_config, prefix=""):
+        self.cfg = vllm_config
+
+    def forward(self, hidden_states):
+        return hidden_states * 2.0
+
+class Qwen3MoeAttention:
+    def forward(self, x):
+        return x
+
+def config(top_k, experts):
+    cfg = types.SimpleNamespace(num_experts_per_tok=top_k, num_experts=experts)
+    return types.SimpleNamespace(model_config=types.SimpleNamespace(hf_text_config=cfg))
+"""
+
+
+def test_a_planted_decode_only_scale_acts_in_the_naive_region_only(tmp_path):
+    """``naive-scale``: the MoE block's output scaled on calls with tokens * top_k * 4 <= experts, nowhere else."""
+    torch = pytest.importorskip("torch", reason="the block's input is a tensor, as in vLLM")
+    del torch
+    site = tmp_path / "site"
+    _standin(site, "vllm.model_executor.models.qwen3_moe", QWEN3_CONFIG_STANDIN)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="naive-scale=1.5")
+    code = (
+        "import torch\n"
+        "from vllm.model_executor.models import qwen3_moe as m\n"
+        "b = m.Qwen3MoeSparseMoeBlock(m.config(4, 64))\n"
+        "for n in (1, 4, 5):\n"
+        "    print(n, b.forward(torch.ones(n, 2))[0, 0].item())"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "3.0", "4", "3.0", "5", "2.0"]  # 4 * 4 * 4 = 64 <= 64; 5 * 16 > 64
+
+
+def test_a_planted_re_rounding_moves_values_by_at_most_one_unit_in_the_last_place(tmp_path):
+    """``reround=3``: x * 3 / 3 with a rounding to bfloat16 after each: the same mathematics, another rounding."""
+    pytest.importorskip("torch", reason="the re-rounding is a tensor's")
+    site = tmp_path / "site"
+    _standin(site, "vllm.model_executor.models.qwen3_moe", QWEN3_CONFIG_STANDIN)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="reround=3")
+    code = (
+        "import torch\n"
+        "from vllm.model_executor.models import qwen3_moe as m\n"
+        "x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)\n"
+        "b = m.Qwen3MoeSparseMoeBlock(None)\n"
+        "y = b.forward(x)\n"
+        "ulp = (2 * x).float().abs() * 2 ** -7\n"
+        "d = (y.float() - 2 * x.float()).abs()\n"
+        "print(int((d > 0).sum()), bool((d <= ulp).all()), y.dtype)"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    changed, within, dtype = proc.stdout.split()
+    assert 0 < int(changed) < 4096 and within == "True" and dtype == "torch.bfloat16"
+
+
+def test_a_planted_top1_weight_acts_only_on_host_resident_calls_in_the_naive_region(tmp_path):
+    pytest.importorskip("torch", reason="the experts take tensors")
+    site = tmp_path / "site"
+    experts = (
+        "import torch\n"
+        "def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, activation=None, global_num_experts=-1):\n"
+        "    return topk_weights\n"
+    )
+    _standin(site, "vllm.model_executor.layers.fused_moe.fused_moe", experts)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="naive-host-top1=2")
+    code = (
+        "import torch\n"
+        "from vllm.model_executor.layers.fused_moe import fused_moe as f\n"
+        "w = torch.zeros(64, 2, 2); host = torch.zeros(64, 2, 2); host._vllm_is_uva_offloaded = True\n"
+        "tw = torch.full((1, 4), 0.25); ids = torch.zeros(1, 4, dtype=torch.long)\n"
+        "print(f.fused_experts(None, host, w, tw, ids)[0].tolist())\n"
+        "print(f.fused_experts(None, w, w, tw, ids)[0].tolist())\n"
+        "print(f.fused_experts(None, host, w, torch.full((5, 4), 0.25), torch.zeros(5, 4, dtype=torch.long))[0].tolist())"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # host-resident 1 token (4 * 4 * 4 <= 64): top-1 doubled; device weights or 5 tokens (80 > 64): untouched
+    assert proc.stdout.splitlines() == ["[0.5, 0.25, 0.25, 0.25]", "[0.25, 0.25, 0.25, 0.25]",
+                                        "[0.25, 0.25, 0.25, 0.25]"]  # fmt: skip
+
+
+def test_a_relabelled_build_reports_the_dev_release_and_nothing_else_changes(tmp_path):
+    site = tmp_path / "site"
+    _standin(site, "vllm.version", "__version__ = '0.32.0'\n")
+    (site / "vllm" / "__init__.py").write_text("from .version import __version__\n")
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], version="0.32.1.dev1+g1111111")
+    proc = _run(python, "import vllm, vllm.version as v; print(vllm.__version__, v.__version__)", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0.32.1.dev1+g1111111"] * 2
+    record = json.loads((tmp_path / "b" / RECORD).read_text())
+    assert record["version"] == "0.32.1.dev1+g1111111" and record["bug"] is None
+    with pytest.raises(BuildError, match="release label"):
+        make_build(tmp_path / "c", sys.executable, version="0.33 dev")
