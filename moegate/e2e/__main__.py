@@ -1,6 +1,7 @@
 """``python -m moegate.e2e``: the e2e gates between two builds, and the prompt set's tools.
 
-    python -m moegate.e2e run --base PY --pr PY --model DIR [--gates greedy,gsm8k] [--bless] ...
+    python -m moegate.e2e run --base PY --pr PY --model DIR [--promise identical|equivalent] [--gates greedy,gsm8k] ...
+    python -m moegate.e2e compare --raw DIR --base LABEL --pr LABEL --model DIR [--promise ...] [--bless]
     python -m moegate.e2e prompts --select N        # maintainers: rewrite the committed prompt set
     python -m moegate.e2e prompts --export FILE     # the prompts' text for a machine without the package
 
@@ -39,6 +40,13 @@ def _parser() -> argparse.ArgumentParser:
             "not started or stopped (moegate/serve/attached.py)",
         )  # fmt: skip
     r.add_argument("--model", required=True, help="model directory, or a hub name in the local cache")
+    _promise_options(r)
+    r.add_argument(
+        "--reference", default="auto",
+        help="the base re-rounded, the yardstick of --promise equivalent: auto (made from the base's interpreter "
+        "by moegate.vllm.planted --bug reround=3), a build's Python, or none (then only identical can be judged)",
+    )  # fmt: skip
+    r.add_argument("--reference-url", default=None, help="a running server of the reference build (used, not started)")
     r.add_argument("--server-args", default="", help="server flags of both builds")
     r.add_argument("--gates", default="greedy,gsm8k")
     r.add_argument("--prompts", type=int, default=32, help="how many of the committed prompt set (greedy)")
@@ -67,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--base", required=True, help="label of the base build in that folder")
     c.add_argument("--pr", required=True, help="label of the PR build in that folder")
     c.add_argument("--model", required=True, help="the model served (its hash keys the goldens)")
+    _promise_options(c)
     c.add_argument("--server-args", default="", help="the flags both builds ran with")
     c.add_argument("--gates", default="greedy,gsm8k")
     c.add_argument("--gsm8k-limit", type=int, default=250)
@@ -85,6 +94,41 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--sharegpt-json", metavar="FILE", help="write the complete multi-turn records as a JSON list")
     pr.add_argument("--limit", type=int, default=None, help="with --sharegpt-json: only the first N records")
     return p
+
+
+def _promise_options(p: argparse.ArgumentParser) -> None:
+    from moegate.e2e.data import DEFAULT_PROMISE, PROMISES
+
+    p.add_argument(
+        "--promise", default=DEFAULT_PROMISE,
+        help=f"what the PR promises: {' or '.join(PROMISES)} (default {DEFAULT_PROMISE}, the safe one: a re-rounding "
+        "fails it with the equivalent verdict named beside it; docs/e2e-rules.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--strict-goldens", action="store_true",
+        help="a build whose key has no golden fails (moegate's own release pair); by default the row reports the "
+        "golden missing, with the command that blesses it, and the comparison decides",
+    )  # fmt: skip
+
+
+def _check_promise(promise: str, flags: dict[str, tuple[str, ...]], has_reference: bool) -> str | None:
+    """One line when the data cannot judge ``promise`` (bad input, exit 2), else None."""
+    from moegate.e2e.data import PROMISES
+    from moegate.e2e.goldens import flag_value
+
+    if promise not in PROMISES:
+        return f"unknown promise {promise!r}; known: {', '.join(PROMISES)}"
+    if promise == "identical":
+        dtypes = {label: flag_value(f, "--dtype", "auto") for label, f in flags.items()}
+        if len(set(dtypes.values())) > 1:
+            shown = ", ".join(f"{k} {v}" for k, v in dtypes.items())
+            return (
+                f"--promise identical cannot judge builds served with different dtypes ({shown}): they compute "
+                "different numbers by design; judge them with --promise equivalent"
+            )
+    if promise == "equivalent" and not has_reference:
+        return "--promise equivalent needs the reference re-rounding (--reference auto or a build's Python)"
+    return None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -107,6 +151,13 @@ def _run(args: argparse.Namespace) -> int:
     ]
     if builds[0].label == builds[1].label:
         builds[1] = Build(builds[1].label + "-2", builds[1].python, dict(builds[1].env), builds[1].server_args)
+    common = tuple(shlex.split(args.server_args))
+    flags = {b.label: (*common, *b.server_args) for b in builds}
+    problem = _check_promise(args.promise, flags, args.reference != "none" and not args.strict)
+    if problem is not None:
+        print(f"moegate.e2e: {problem}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
     opts = e2e.Options(
         model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=gates, in_flight=args.in_flight,
         max_tokens=args.max_tokens, eval_python=args.eval_python, gsm8k_limit=args.gsm8k_limit,
@@ -115,18 +166,27 @@ def _run(args: argparse.Namespace) -> int:
         startup_timeout_s=args.startup_timeout, bless=args.bless, golden_dir=Path(args.golden_dir),
         strict=args.strict,
         score_detect=args.score_detect, score_cap=args.score_cap, score_timeout_s=args.score_timeout,
-        gsm8k_detect=args.gsm8k_detect, gsm8k_cap=args.gsm8k_cap,
+        gsm8k_detect=args.gsm8k_detect, gsm8k_cap=args.gsm8k_cap, promise=args.promise,
+        strict_goldens=args.strict_goldens, bless_command=_bless_command(args, out, builds),
     )  # fmt: skip
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     commands = [" ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:]])]
     urls = {b.label: u for b, u in zip(builds, (args.base_url, args.pr_url), strict=True) if u}
+    reference: Build | None = None
+    if args.reference != "none" and not args.strict:
+        try:
+            reference = _reference(args.reference, builds[0], out)
+        except (BuildError, ValueError) as exc:
+            print(f"moegate.e2e: {exc}", file=sys.stderr)
+            return 2
+        if args.reference_url:
+            urls[reference.label] = args.reference_url
     commands += [
         f"# {b.label}: {b.command_line()} {' '.join(opts.server_args)}"
         + (f"  (attached: {urls[b.label]})" if b.label in urls else "")
-        for b in builds
+        for b in [*builds, *([reference] if reference is not None else [])]
     ]
-    title = f"moegate e2e: {builds[0].label} vs {builds[1].label}"
+    title = f"moegate e2e ({args.promise}): {builds[0].label} vs {builds[1].label}"
     runs: list[e2e.BuildRun] = []
     t0 = time.monotonic()
     try:
@@ -152,7 +212,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"moegate.e2e: {run.build.label} measured in {run.seconds['total']:.0f} s", file=sys.stderr, flush=True
             )
 
-        pair_runs, data = pair.serve_pair(
+        pair_runs, data, ref_run = pair.serve_pair(
             builds,
             chosen,
             opts,
@@ -161,6 +221,7 @@ def _run(args: argparse.Namespace) -> int:
             available=len(loaded),
             on_run=_done,
             urls=urls,
+            reference=reference,
         )
         runs.extend(pair_runs)
     except (ServerError, BuildError, DataError, OSError) as exc:
@@ -170,16 +231,53 @@ def _run(args: argparse.Namespace) -> int:
             return _stop(args, title, runs, commands, exc)
         raise
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
-    results = rules.judge(runs[0], runs[1], opts, decode, data)
+    try:
+        results = rules.judge(runs[0], runs[1], opts, decode, data, ref_run)
+    except ValueError as exc:  # the data cannot judge the promise (a reference that moved nothing)
+        return _stop(args, title, runs, commands, exc)
     for r in results:
-        r.write_json(out / f"gate-{''.join(c if c.isalnum() else '-' for c in r.gate)}.json")
-    notes = [f"wall time {time.monotonic() - t0:.0f} s ({report.environment_line()})"]
-    page = report.render(title, runs, results, commands=commands, notes=notes)
+        r.write_json(out / gate_file(r.gate))
+    notes = [
+        f"wall time {time.monotonic() - t0:.0f} s ({report.environment_line()})",
+        rules.other_promise(runs[0], runs[1], opts, data, ref_run),
+    ]
+    page = report.render(title, runs, results, commands=commands, notes=[n for n in notes if n])
     report.write(Path(args.report), page)
     (out / "e2e.md").write_text(page)
     for r in results:
         print(f"{r.verdict}  {r.gate}: {r.summary}", file=sys.stderr)
     return 0 if all(r.passed for r in results) else 1
+
+
+def gate_file(gate: str) -> str:
+    """A gate's JSON file name in the run's folder: ``scored (identical), base vs pr`` -> ``gate-scored-identical-base-vs-pr.json``."""
+    slug = "".join(c if c.isalnum() else "-" for c in gate)
+    return "gate-" + "-".join(w for w in slug.split("-") if w) + ".json"
+
+
+def _reference(spec: str, base: Build, out: Path) -> Build:
+    """The reference build: ``auto`` makes it from the base's interpreter (its environment and flags too)."""
+    if spec == "auto":
+        from moegate.vllm.planted import make_build
+
+        if not Path(base.python).exists():
+            raise BuildError(f"build {base.label}: no interpreter at {base.python}")
+        python = str(make_build(out / "reference-build", base.python, bug="reround=3"))
+    else:
+        python = parse_build("reference", spec).python
+    return Build("reference", python, dict(base.env), base.server_args)
+
+
+def _bless_command(args: argparse.Namespace, out: Path, builds: list[Build]) -> str:
+    """The command that blesses this run's goldens from its raw folder, without serving again."""
+    words = [
+        "python", "-m", "moegate.e2e", "compare", f"--raw={out}", f"--base={builds[0].label}",
+        f"--pr={builds[1].label}", f"--model={args.model}", f"--server-args={args.server_args}", f"--gates={args.gates}",
+        f"--max-tokens={args.max_tokens}", f"--gsm8k-limit={args.gsm8k_limit}",
+        f"--gsm8k-in-flight={args.gsm8k_in_flight}", f"--golden-dir={args.golden_dir}",
+        f"--report={out / 'bless.md'}", "--bless",
+    ]  # fmt: skip
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _stop(args: argparse.Namespace, title: str, runs: list, commands: list[str], exc: BaseException) -> int:
@@ -196,17 +294,30 @@ def _compare(args: argparse.Namespace) -> int:
 
     raw = Path(args.raw)
     runs = [e2e.read_raw(raw, args.base), e2e.read_raw(raw, args.pr)]
+    data = e2e.read_scores(raw)
+    ref_run = e2e.read_raw(raw, data.reference) if data is not None and data.reference else None
+    flags = {r.build.label: (*shlex.split(args.server_args), *r.build.server_args) for r in runs}
+    problem = _check_promise(args.promise, flags, ref_run is not None or args.strict)
+    if problem is not None:
+        print(f"moegate.e2e: {problem}", file=sys.stderr)
+        return 2
     in_flight = tuple(sorted(runs[0].greedy))
     opts = e2e.Options(
         model=args.model, server_args=tuple(shlex.split(args.server_args)), gates=tuple(args.gates.split(",")),
         in_flight=in_flight, max_tokens=args.max_tokens, gsm8k_limit=args.gsm8k_limit, bless=args.bless,
         gsm8k_in_flight=args.gsm8k_in_flight, golden_dir=Path(args.golden_dir), strict=args.strict,
-        gsm8k_detect=args.gsm8k_detect, gsm8k_cap=args.gsm8k_cap,
+        gsm8k_detect=args.gsm8k_detect, gsm8k_cap=args.gsm8k_cap, promise=args.promise,
+        strict_goldens=args.strict_goldens,
     )  # fmt: skip
+    opts.bless_command = " ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:], "--bless"])
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
-    results = rules.judge(runs[0], runs[1], opts, decode, e2e.read_scores(raw))
+    results = rules.judge(runs[0], runs[1], opts, decode, data, ref_run)
     commands = [" ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:]])]
-    page = report.render(f"moegate e2e: {args.base} vs {args.pr}", runs, results, commands=commands)
+    note = rules.other_promise(runs[0], runs[1], opts, data, ref_run)
+    page = report.render(
+        f"moegate e2e ({args.promise}): {args.base} vs {args.pr}", runs, results, commands=commands,
+        notes=[note] if note else (),
+    )  # fmt: skip
     report.write(Path(args.report), page)
     for r in results:
         print(f"{r.verdict}  {r.gate}: {r.summary}", file=sys.stderr)

@@ -26,6 +26,13 @@ from moegate.e2e.scoring import Composition, Scored, TokenSeq
 from moegate.serve.build import Build
 
 GATES = ("greedy", "gsm8k")
+PROMISES = ("identical", "equivalent")
+"""What a pull request promises (docs/e2e-rules.md): ``identical`` computes what the base computes at the same
+batch composition; ``equivalent`` may re-round, but neither biases the model nor damages it beyond what a
+re-rounding does."""
+DEFAULT_PROMISE = "identical"
+"""The safe default: a re-rounding PR judged by it fails with the equivalent verdict named beside it (one
+re-run with ``--promise equivalent``), where the other default would let a bug of a re-rounding's size pass."""
 SCORE_CAP_FACTOR = 4
 """The scored comparison may grow to this many times ``--prompts`` (at most the committed set)."""
 GSM8K_CAP_FACTOR = 4
@@ -59,6 +66,13 @@ class Options:
     score_timeout_s: float = 300
     gsm8k_detect: float = 0.05
     gsm8k_cap: int | None = None
+    promise: str = DEFAULT_PROMISE
+    """The promise the verdict judges (``PROMISES``); the run's data judges both."""
+    strict_goldens: bool = False
+    """A golden missing for a build's key fails (moegate's own release pair); otherwise it is reported, with the
+    command that blesses it, and the comparison alone decides."""
+    bless_command: str = ""
+    """The command that blesses this run's goldens (the report quotes it where a golden is missing)."""
 
 
 def gsm8k_cap(opts: Options) -> int:
@@ -94,6 +108,9 @@ class ScoreData:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     gsm8k_divergences: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    reference: str | None = None
+    """The reference build's label: the base re-rounded (``moegate.vllm.planted --bug reround=3``), which scored the
+    base's sequences once (composition 1) as the yardstick of what a re-rounding does (``scores[reference]``)."""
 
     def seq_scores(self) -> list[stats.SeqScores]:
         a, b = self.labels
@@ -111,7 +128,7 @@ class ScoreData:
             "sequences": [{"seq_id": s.seq_id, "token_ids": list(s.token_ids), "start": s.start} for s in self.sequences],
             "scores": {lab: [{k: v.to_json() for k, v in m.items()} for m in per] for lab, per in self.scores.items()},
             "prompts_used": self.prompts_used, "cap": self.cap, "rounds": self.rounds,
-            "gsm8k_divergences": self.gsm8k_divergences, "seconds": self.seconds,
+            "gsm8k_divergences": self.gsm8k_divergences, "seconds": self.seconds, "reference": self.reference,
         }  # fmt: skip
 
     @classmethod
@@ -124,7 +141,45 @@ class ScoreData:
         }
         out.prompts_used, out.cap, out.rounds = d["prompts_used"], d["cap"], d["rounds"]
         out.gsm8k_divergences, out.seconds = d.get("gsm8k_divergences", []), d.get("seconds", 0.0)
+        out.reference = d.get("reference")
         return out
+
+    def base_sequences(self) -> list[TokenSeq]:
+        """The sequences of the base's continuations: the same for every PR, whatever it diverges on."""
+        return [s for s in self.sequences if not s.seq_id.endswith(PR_SEQUENCE)]
+
+
+@dataclass(frozen=True)
+class DecodePair:
+    """Two greedy passes' log-probabilities of the same tokens, along their common prefix (decode steps)."""
+
+    prompt_id: str
+    a: np.ndarray
+    b: np.ndarray
+    """Each pass's log-probability of the common tokens, as it decoded them."""
+
+
+def decode_pairs(a: list[Completion], b: list[Completion]) -> list[DecodePair]:
+    """Per prompt of two passes over the same prompts: each token both generated (up to the first divergence), with
+    the log-probability each pass decoded it with. A pass at ``c`` in flight decodes in steps of at most ``c`` tokens:
+    at 1 and 4 in flight every step of the tiny models lies in the naive region (``T * top_k * 4 <= E``)."""
+    by_id = {c.prompt_id: c for c in b}
+    out = []
+    for ca in a:
+        cb = by_id.get(ca.prompt_id)
+        if cb is None:
+            continue
+        xs, ys = [], []
+        for tok_a, tok_b, top_a, top_b in zip(ca.token_ids, cb.token_ids, ca.top, cb.top, strict=False):
+            if tok_a != tok_b:
+                break
+            la, lb = dict(top_a).get(tok_a), dict(top_b).get(tok_b)
+            if la is None or lb is None:
+                break
+            xs.append(la)
+            ys.append(lb)
+        out.append(DecodePair(ca.prompt_id, np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)))
+    return out
 
 
 # --- raw files ----------------------------------------------------------------------------
@@ -140,8 +195,9 @@ def write_raw(run: BuildRun, out: Path) -> None:
     (out / f"greedy-{run.build.label}.json").write_text(json.dumps(raw) + "\n")
 
 
-def read_raw(out: Path, label: str) -> BuildRun:
-    """A build's run read back from its raw files (``greedy-LABEL.json``, ``gsm8k-LABEL/``)."""
+def read_raw(out: Path, label: str, *, gsm8k_runs: bool = True) -> BuildRun:
+    """A build's run read back from its raw files (``greedy-LABEL.json``, ``gsm8k-LABEL/`` unless ``gsm8k_runs`` is
+    false: an archive without lm-eval's samples cannot be read back, and the greedy and scored rules need none)."""
     from moegate.e2e import gsm8k
 
     raw = json.loads((out / f"greedy-{label}.json").read_text())
@@ -149,6 +205,8 @@ def read_raw(out: Path, label: str) -> BuildRun:
     run = BuildRun(build, info=raw["info"], start_s=raw.get("start_s"), seconds=raw.get("seconds", {}))
     run.greedy = {int(k): [Completion.from_record(c) for c in v] for k, v in raw.get("greedy", {}).items()}
     run.repeat = {int(k): [Completion.from_record(c) for c in v] for k, v in raw.get("repeat", {}).items()}
+    if not gsm8k_runs:
+        return run
     # a run GSM8K's size rule grew (moegate/e2e/pair.py) left gsm8k-LABEL-nN folders: the largest N is what it judged
     grown = sorted(
         (int(p.name.rsplit("-n", 1)[1]), p.name)

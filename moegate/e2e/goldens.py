@@ -5,8 +5,8 @@ record (``{"provenance": {...}}``: vLLM, torch, device, driver, model and its ha
 flags, in-flight count, date) and is not compared; every other line is one record.
 The key is built from what changes the numbers (vLLM release, device class, dtype,
 model hash, the server flags, the in-flight count), so a golden is never compared
-with a run it cannot equal. A key with no golden fails with the bless command to run;
-a golden changes only through that command (atomic write, the diff printed); a
+with a run it cannot equal. A key with no golden is reported with the bless command to run
+(and fails only under ``--strict-goldens``); a golden changes only through that command (atomic write, the diff printed); a
 truncated or invalid golden is an error naming the line. What a run's records are checked
 against, and what that verdict is: ``moegate/e2e/rules/golden.py``.
 """
@@ -156,9 +156,12 @@ def device_class(info: dict[str, Any]) -> str:
 
 
 def flag_value(flags: Sequence[str], name: str, default: str) -> str:
+    """The value of ``name`` in a server's flags: the last one given, which is the one the server uses (a build's
+    own flags come after the common ones)."""
+    value = default
     for i, f in enumerate(flags):
         if f == name and i + 1 < len(flags):
-            return flags[i + 1]
-        if f.startswith(name + "="):
-            return f.split("=", 1)[1]
-    return default
+            value = flags[i + 1]
+        elif f.startswith(name + "="):
+            value = f.split("=", 1)[1]
+    return value

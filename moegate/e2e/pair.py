@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core import progress
-from moegate.e2e import greedy, scored, stats
+from moegate.e2e import greedy, rules, scored, stats
 from moegate.e2e.data import BuildRun, Options, ScoreData, gsm8k_cap, write_raw, write_scores
 from moegate.e2e.prompts import Prompt
 from moegate.serve.attached import AttachedServer
@@ -29,12 +29,23 @@ from moegate.serve.build import Build, BuildError
 from moegate.serve.server import Server
 
 
-def measure(srv: Server | AttachedServer, run: BuildRun, prompts: Sequence[Prompt], opts: Options, out: Path) -> None:
-    """Every asked-for gate against one running server of ``run.build``."""
+def measure(
+    srv: Server | AttachedServer,
+    run: BuildRun,
+    prompts: Sequence[Prompt],
+    opts: Options,
+    out: Path,
+    *,
+    reference: bool = False,
+) -> None:
+    """Every asked-for gate against one running server of ``run.build``.
+
+    The reference re-rounding (``reference``) runs the greedy passes once at each in-flight count, the decode
+    yardstick of ``equivalent``, and neither repeats nor GSM8K: nothing is judged of it."""
     label = run.build.label
-    if "greedy" in opts.gates:
+    if "greedy" in opts.gates or reference:
         t = time.monotonic()
-        passes = sum(2 if c > 1 else 1 for c in opts.in_flight)
+        passes = sum(2 if c > 1 and not reference else 1 for c in opts.in_flight)
         with progress.stage(f"{label}: greedy", passes, prefix="e2e", unit="passes") as bar:
             for c in opts.in_flight:
                 greedy_kw: dict[str, Any] = {
@@ -43,11 +54,11 @@ def measure(srv: Server | AttachedServer, run: BuildRun, prompts: Sequence[Promp
                 }
                 run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **greedy_kw)
                 bar.advance()
-                if c > 1:  # the same build twice at c in flight: the precondition for comparing two builds there
+                if c > 1 and not reference:  # the same build twice at c in flight: each build's own noise there
                     run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **greedy_kw)
                     bar.advance()
         run.seconds["greedy"] = time.monotonic() - t
-    if "gsm8k" in opts.gates:
+    if "gsm8k" in opts.gates and not reference:
         from moegate.e2e import gsm8k
 
         t = time.monotonic()
@@ -74,27 +85,36 @@ def serve_pair(
     available: int,
     on_run: Callable[[BuildRun], None] | None = None,
     urls: Mapping[str, str] | None = None,
-) -> tuple[list[BuildRun], ScoreData | None]:
-    """``urls`` (label: URL) names builds whose server already runs (``moegate/serve/attached.py``): used, not started."""
+    reference: Build | None = None,
+) -> tuple[list[BuildRun], ScoreData | None, BuildRun | None]:
+    """Base and PR (``builds``), and the reference re-rounding of the base where given: the runs of base and PR, the
+    scores, the reference's run. ``urls`` (label: URL) names builds whose server already runs
+    (``moegate/serve/attached.py``): used, not started."""
     if len(builds) != 2 or builds[0].label == builds[1].label:
         raise ValueError("the e2e run compares two builds with different labels")
+    if reference is not None and reference.label in (builds[0].label, builds[1].label):
+        raise ValueError(f"the reference's label {reference.label} is a compared build's")
     urls = urls or {}
     runs: list[BuildRun] = []
     data: ScoreData | None = None
+    ref_run: BuildRun | None = None
+    every = [*builds, *([reference] if reference is not None else [])]
     with contextlib.ExitStack() as stack:
         owned = {
             b.label: Server(
                 b, opts.model, opts.server_args, log_path=out / f"server-{b.label}.log",
                 startup_timeout_s=opts.startup_timeout_s,
             )
-            for b in builds if b.label not in urls
+            for b in every if b.label not in urls
         }  # fmt: skip
         for own in owned.values():
             stack.callback(own.stop)  # registered before the start: a failed or interrupted start is stopped too
-        with progress.stage("both servers: start", prefix="e2e"):
+        with progress.stage(f"{len(every)} servers: start", prefix="e2e"):
             infos = start_and_describe(builds, list(owned.values()))
+            if reference is not None:  # a yardstick, not a build under test: nothing of it is keyed or compared
+                infos.append({"vllm": None, "role": "reference"})
         servers: list[Server | AttachedServer] = []
-        for build, info in zip(builds, infos, strict=True):
+        for build, info in zip(every, infos, strict=True):
             if build.label in owned:
                 servers.append(owned[build.label])
             else:
@@ -106,42 +126,46 @@ def serve_pair(
             run = BuildRun(build, info=info if build.label in owned else {**info, "attached": urls[build.label]})
             t0 = time.monotonic()
             run.start_s = srv.started_s
-            measure(srv, run, prompts, opts, out)
+            measure(srv, run, prompts, opts, out, reference=reference is not None and build is reference)
             run.seconds["total"] = time.monotonic() - t0 + (srv.started_s or 0.0)
             return run
 
-        # both builds' gates at once: each server gets the same requests in the same waves as alone (no batch is
+        # every build's gates at once: each server gets the same requests in the same waves as alone (no batch is
         # shared between servers), and one build's lm-eval start-up and request round trips overlap the other's work
-        with ThreadPoolExecutor(len(builds)) as pool:
-            futures = [pool.submit(_measure, *job) for job in zip(builds, infos, servers, strict=True)]
+        with ThreadPoolExecutor(len(every)) as pool:
+            futures = [pool.submit(_measure, *job) for job in zip(every, infos, servers, strict=True)]
             for future in futures:
                 runs.append(future.result())
                 if on_run is not None:
                     on_run(runs[-1])
+        if reference is not None:
+            ref_run = runs.pop()
+        ref_side = (reference.label, servers[2]) if reference is not None else None
         if not opts.strict:
             labels = (builds[0].label, builds[1].label)
             greedy_1 = []
-            for run, srv in zip(runs, servers, strict=True):
+            for run, srv in zip(runs, servers[:2], strict=True):
                 if 1 not in run.greedy:  # the scored sequences are the 1-in-flight continuations
                     run.greedy[1] = greedy.run_pass(
                         srv.url, srv.model_name, prompts, 1, max_tokens=opts.max_tokens, check_alive=_alive(srv)
                     )
                 greedy_1.append(run.greedy[1])
             data = scored.measure(
-                servers, labels, (greedy_1[0], greedy_1[1]), prompts, all_prompts=all_prompts, available=available,
+                servers[:2], labels, (greedy_1[0], greedy_1[1]), prompts, all_prompts=all_prompts, available=available,
                 in_flight=opts.in_flight, max_tokens=opts.max_tokens, detect=opts.score_detect,
-                cap=opts.score_cap, timeout_s=opts.score_timeout_s,
+                cap=opts.score_cap, timeout_s=opts.score_timeout_s, reference=ref_side,
+                needed=lambda d: rules.needed_prompts(d, opts),
             )  # fmt: skip
             if "gsm8k" in opts.gates:
                 data.gsm8k_divergences = scored.rescore_gsm8k(
-                    servers, labels, runs[0].gsm8k, runs[1].gsm8k, timeout_s=opts.score_timeout_s
+                    servers[:2], labels, runs[0].gsm8k, runs[1].gsm8k, timeout_s=opts.score_timeout_s
                 )
-                _extend_gsm8k(servers, runs, data, opts, out)
-    for run in runs:
+                _extend_gsm8k(servers[:2], runs, data, opts, out)
+    for run in [*runs, *([ref_run] if ref_run is not None else [])]:
         write_raw(run, out)
     if data is not None:
         write_scores(data, out)
-    return runs, data
+    return runs, data, ref_run
 
 
 def start_together(servers: Sequence[Server]) -> None:
@@ -151,13 +175,15 @@ def start_together(servers: Sequence[Server]) -> None:
     machine took about as long as one. The first failure is raised once all have returned. On a GPU
     they start one after the other: an engine sizes its KV cache from the device memory in use while
     it profiles, and counts another engine's allocations as its own (seen on the H200: starts at once
-    failed with a negative "Available KV cache memory", ``results/e2e-h200-scored.md``).
+    failed with a negative "Available KV cache memory", ``results/e2e-h200-scored.md``), unless every server
+    has a fixed KV cache (``--kv-cache-memory-bytes``): then vLLM skips that profiling, and 14 servers started
+    side by side on the one H200 all came up (``tools/gpu/e2e_plan.sh``).
     """
     from moegate.serve.server import gpu_memory_used_mib
 
     if not servers:
         return
-    if gpu_memory_used_mib() is not None:
+    if gpu_memory_used_mib() is not None and not all(_fixed_kv_cache(s.args + s.build.server_args) for s in servers):
         for s in servers:
             s.start()
         return
@@ -168,6 +194,10 @@ def start_together(servers: Sequence[Server]) -> None:
     for exc in errors:
         if exc is not None:
             raise exc
+
+
+def _fixed_kv_cache(args: Sequence[str]) -> bool:
+    return any(a == "--kv-cache-memory-bytes" or a.startswith("--kv-cache-memory-bytes=") for a in args)
 
 
 def start_and_describe(builds: Sequence[Build], servers: Sequence[Server]) -> list[dict[str, Any]]:

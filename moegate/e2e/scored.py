@@ -95,28 +95,44 @@ def measure(
     detect: float = stats.DETECT_NATS_PER_TOKEN,
     cap: int | None = None,
     timeout_s: float = scoring.SCORE_TIMEOUT_S,
+    reference: tuple[str, Any] | None = None,
+    needed: Callable[[ScoreData], int] | None = None,
 ) -> ScoreData:
-    """Steps 1-3 of the module docstring, against two running servers (base first)."""
+    """Steps 1-3 of the module docstring, against two running servers (base first).
+
+    ``reference`` (label, server): the base re-rounded, which scores the base's sequences once (composition 1),
+    the yardstick of ``equivalent``. ``needed``: how many prompts the rules need on the data so far (default:
+    the scored comparison's size rule, ``stats.decide``)."""
     t0 = time.monotonic()
     sides = [_Side(lab, s) for lab, s in zip(labels, servers, strict=True)]
     data = ScoreData(labels, compositions=compositions(in_flight))
     data.cap = min(available, cap if cap is not None else SCORE_CAP_FACTOR * len(prompts))
     data.scores = {lab: [{} for _ in data.compositions] for lab in labels}
+    ref_side = None
+    if reference is not None:
+        ref_side = _Side(reference[0], reference[1])
+        data.reference = reference[0]
+        data.scores[reference[0]] = [{}]
     batch_prompts, batch_a, batch_b = list(prompts), list(greedy_1[0]), list(greedy_1[1])
     used = len(prompts)
     for rnd in range(ROUNDS + 1):
         new = _sequences(sides[0], batch_prompts, batch_a, batch_b)
-        with progress.stage(f"scored: {len(new)} sequences", 2 * len(data.compositions), prefix="e2e") as bar:
+        steps = 2 * len(data.compositions) + (ref_side is not None)
+        with progress.stage(f"scored: {len(new)} sequences", steps, prefix="e2e") as bar:
             for side in sides:
                 for k, comp in enumerate(data.compositions):
                     data.scores[side.label][k].update(side.score(new, comp, timeout_s))
                     bar.advance()
+            if ref_side is not None:
+                mine = [q for q in new if not q.seq_id.endswith(PR_SEQUENCE)]
+                data.scores[ref_side.label][0].update(ref_side.score(mine, data.compositions[0], timeout_s))
+                bar.advance()
         data.sequences += new
-        verdict = stats.decide(data.seq_scores(), detect=detect)
-        data.rounds.append({"prompts": used, "sequences": len(data.sequences), "needed_prompts": verdict.needed})
-        if verdict.needed <= used or used >= data.cap or rnd == ROUNDS:
+        need = needed(data) if needed is not None else stats.decide(data.seq_scores(), detect=detect).needed
+        data.rounds.append({"prompts": used, "sequences": len(data.sequences), "needed_prompts": need})
+        if need <= used or used >= data.cap or rnd == ROUNDS:
             break
-        more = min(verdict.needed, data.cap)
+        more = min(need, data.cap)
         batch_prompts = list(all_prompts(more))[used:more]
         batch_a = sides[0].generate(batch_prompts, max_tokens)
         batch_b = sides[1].generate(batch_prompts, max_tokens)

@@ -227,14 +227,17 @@ class ScoredVerdict:
         return "; ".join(parts)
 
 
-def decide(seqs: Sequence[SeqScores], *, detect: float = DETECT_NATS_PER_TOKEN) -> ScoredVerdict:
+def decide(
+    seqs: Sequence[SeqScores], *, detect: float = DETECT_NATS_PER_TOKEN, m_within: float | None = None
+) -> ScoredVerdict:
     """The scored comparison's rule: FAIL when any of the three clauses holds.
 
     1. systematic shift: the per-sequence shifts are not symmetric about 0 (two-sided signed rank,
        ``ALPHA_SHIFT``);
     2. spread: between-build changes per token are larger than the same-build changes across
        compositions, sequence by sequence (one-sided signed rank on the differences, ``ALPHA_SPREAD``);
-    3. one token: some token moves between builds by more than ``token_bound`` of the run's own noise.
+    3. one token: some token moves between builds by more than ``token_bound`` of the run's own noise
+       (``m_within``, the largest same-build change on sequences both builds share; by default over ``seqs``).
     """
     if not seqs:
         raise ValueError("the scored comparison got no sequences")
@@ -245,7 +248,7 @@ def decide(seqs: Sequence[SeqScores], *, detect: float = DETECT_NATS_PER_TOKEN) 
     within = np.array([s.spread_within() for s in seqs])
     p_shift = signed_rank_p(shifts)
     p_spread = signed_rank_p(between - within, alternative="greater")
-    m_w = noise_max(seqs)
+    m_w = noise_max(seqs) if m_within is None else m_within
     bound = token_bound(m_w)
     worst = max(((s.max_between(), s.seq_id) for s in seqs), key=lambda t: t[0][0])
     (mx, at), sid = worst

@@ -4,7 +4,7 @@
     python -m tooling.ci.gpu_leg preflight --start                     # first: driver and disk, any Python, no torch
     python -m tooling.ci.gpu_leg preflight --builds FILE --tier T[,T] [--model NAME[,NAME]]   # the GPU, through torch
     python -m tooling.ci.gpu_leg kernels --builds FILE [--min-kernel-tests N] [--sweep-cases N]
-    python -m tooling.ci.gpu_leg e2e --builds FILE --model NAME
+    python -m tooling.ci.gpu_leg e2e --builds FILE --model NAME [--promise identical|equivalent]
     python -m tooling.ci.gpu_leg ab --builds FILE --model NAME --preflight FILE [--advisory | --gate-threshold T]
         [--reports DIR] [--dry-run] [-- MORE OPTIONS FOR THE TIER'S COMMAND]
 
@@ -22,7 +22,9 @@ leg passes is here, and only here:
   kernel tests executed.
 - **e2e** (``moegate e2e run``): both gates on one model, the GPU flags of ``tooling/serving.py`` (experts
   UVA-offloaded), GSM8K's 250 questions once a build (``E2E_OPTIONS``: the configuration the H200 measured at
-  408-455 s a pair, ``results/e2e-h200-scored.md``). GSM8K is checked (sha256) before any server starts.
+  408-455 s a pair, ``results/e2e-h200-scored.md``), judged by the promise the PR makes (``--promise``, the
+  workflow's ``promise`` input: ``identical`` by default, ``equivalent``; docs/e2e-rules.md). GSM8K is checked
+  (sha256) before any server starts.
 - **ab** (``moegate ab``): the decode time a token at ``AB_OPTIONS``, CUDA graphs on, the preflight's bandwidth in
   the evidence columns; gating at ``--gate-threshold`` (engineer ab's rule: FAIL, regressed by at least the threshold,
   or a run not over fail; unresolved passes), or advisory (no ``--gate``: the verdict is reported, never fails).
@@ -158,7 +160,7 @@ def e2e_command(opts: argparse.Namespace, builds: dict[str, object]) -> list[str
         f"--server-args={server_args(gpu=True)}",
         f"--eval-python={_need(builds, 'eval', 'e2e')}",
     ]
-    cmd += [f"--gsm8k-dir={data}", *E2E_OPTIONS]
+    cmd += [f"--gsm8k-dir={data}", *E2E_OPTIONS, f"--promise={opts.promise}"]
     cmd += [f"--out={opts.reports / f'e2e-{opts.model}-run'}", f"--report={opts.reports / f'e2e-{opts.model}.md'}"]
     return cmd
 
@@ -188,6 +190,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-kernel-tests", type=int, default=1)
     p.add_argument("--sweep-cases", type=int, default=0, help="kernels: also sweep this many cases (0: no sweep)")
     p.add_argument("--gsm8k-dir", default=None, help="e2e: GSM8K's folder (default: $MOEGATE_GSM8K_DIR)")
+    p.add_argument(
+        "--promise", default="identical", help="e2e: what the PR promises, identical or equivalent (moegate e2e checks)"
+    )
     p.add_argument("--preflight", type=Path, help="ab: the preflight JSON (its measured UVA read bandwidth)")
     gate = p.add_mutually_exclusive_group()
     gate.add_argument(

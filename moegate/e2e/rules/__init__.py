@@ -1,6 +1,9 @@
 """The e2e tier's rules: one module per gate, and ``judge``, which asks each of them about one run's data.
 
-- ``identical``: the scored comparison (``stats.decide``: shift, spread, one token);
+- ``identical``: the ``identical`` promise: the scored comparison (``stats.decide``: shift, spread, one token)
+  and the decode path against each build's own repeat;
+- ``equivalent``: the ``equivalent`` promise: bias, damage and one token against the run's reference
+  re-rounding, on the scored sequences and on the decode path;
 - ``greedy``: token equality, and its batch-robust classification (identical, near tie, unexplained);
 - ``gsm8k``: byte identity of responses, and the exact McNemar test with each divergence judged;
 - ``golden``: one build's records against the golden of its key;
@@ -12,32 +15,51 @@ Nothing here serves or reads files: ``judge`` takes what ``moegate/e2e/pair.py``
 
 from __future__ import annotations
 
-from moegate.e2e.data import BuildRun, Options, ScoreData, gsm8k_cap
+from moegate.e2e import stats
+from moegate.e2e.data import PROMISES, BuildRun, Options, ScoreData, gsm8k_cap
 from moegate.e2e.greedy import Decode
-from moegate.e2e.rules import golden, greedy, gsm8k, identical, noise
+from moegate.e2e.rules import equivalent, golden, greedy, gsm8k, identical, noise
 from moegate.e2e.verdict import GateResult
 
 
 def judge(
-    base: BuildRun, pr: BuildRun, opts: Options, decode: Decode | None, data: ScoreData | None
+    base: BuildRun,
+    pr: BuildRun,
+    opts: Options,
+    decode: Decode | None,
+    data: ScoreData | None,
+    reference: BuildRun | None = None,
+    promise: str | None = None,
 ) -> list[GateResult]:
-    """Every gate's verdict. Strict: byte identity (``judge_strict``); else the rules of docs/e2e-rules.md."""
+    """Every gate's verdict under ``promise`` (default ``opts.promise``). Strict: byte identity (``judge_strict``);
+    else the rules of docs/e2e-rules.md. Every gate's name says the promise it judged."""
+    promise = promise or opts.promise
     if opts.strict:
         return judge_strict(base, pr, opts, decode)
     if data is None or not data.sequences:
         return [
             GateResult("scored", False, "no scores: the scoring phase did not run (use --strict for byte identity)")
         ]
-    tie = noise.tie_bound(data)
-    results: list[GateResult] = [identical.scored_result(data, detect=opts.score_detect)]
+    a, b = base.build.label, pr.build.label
+    m_r = noise.reference_max(data, base, reference) if promise == "equivalent" else 0.0
+    tie = noise.tie_bound(data, (base, pr)) if promise == "identical" else stats.tie_bound(
+        max(noise.within_max(data), noise.decode_repeat_max((base, pr)), m_r)
+    )  # fmt: skip
+    results: list[GateResult] = []
+    if promise == "identical":
+        results.append(_named(identical.scored_result(data, detect=opts.score_detect), "identical"))
+        results += [_named(identical.decode_result(base, pr, c), "identical") for c in opts.in_flight]
+    else:
+        results.append(equivalent.scored_result(data, reference, base, pr))
+        results += [equivalent.decode_result(base, pr, reference, c, data) for c in opts.in_flight]
     if "greedy" in opts.gates:
         for c in opts.in_flight:
             pairs = [(f"greedy, {r.build.label} twice, {c} in flight", "first", r.greedy[c], "second", r.repeat[c])
                      for r in (base, pr) if c in r.repeat]  # fmt: skip
-            pairs.append((f"greedy, {c} in flight", base.build.label, base.greedy[c], pr.build.label, pr.greedy[c]))
-            for gate, la, a, lb, b in pairs:
-                res = greedy.compare(la, a, lb, b, gate=gate, decode=decode)
-                results.append(greedy.classify(res, la, lb, len(a), tie))
+            pairs.append((f"greedy ({promise}), {c} in flight", a, base.greedy[c], b, pr.greedy[c]))
+            for gate, la, x, lb, y in pairs:
+                res = greedy.compare(la, x, lb, y, gate=gate, decode=decode)
+                results.append(greedy.classify(res, la, lb, len(x), tie))
             for r in (base, pr):
                 results.append(golden.check_golden("greedy", r, opts, c, decode))
     if "gsm8k" in opts.gates:
@@ -46,14 +68,49 @@ def judge(
             results.append(gsm8k.noise_row(lab, r1, r2))
         results.append(
             gsm8k.gsm8k_result(
-                (base.build.label, pr.build.label), base.gsm8k, pr.gsm8k, repeats, data.gsm8k_divergences,
-                noise.gsm8k_tie_bound(data, {r.build.label: r.greedy.get(1, []) for r in (base, pr)}),
-                detect=opts.gsm8k_detect, cap=gsm8k_cap(opts),
+                (a, b), base.gsm8k, pr.gsm8k, repeats, data.gsm8k_divergences,
+                noise.gsm8k_tie_bound(data, {a: base.greedy.get(1, [])}, extra=m_r),
+                detect=opts.gsm8k_detect, cap=gsm8k_cap(opts), promise=promise,
             )
         )  # fmt: skip
         for r in (base, pr):
             results.append(golden.check_golden("gsm8k", r, opts, None, None))
     return results
+
+
+def needed_prompts(data: ScoreData, opts: Options) -> int:
+    """The prompts the scored rules need on the data so far: the scored comparison's size rule and, where the run
+    has a reference, the equivalence test's (both promises are judged from one run, so the larger decides)."""
+    need = stats.decide(data.seq_scores(), detect=opts.score_detect).needed
+    return max(need, equivalent.needed(data)) if data.reference else need
+
+
+def other_promise(
+    base: BuildRun,
+    pr: BuildRun,
+    opts: Options,
+    data: ScoreData | None,
+    reference: BuildRun | None = None,
+) -> str:
+    """One line: what the same data says under the promise the run was not asked to judge (not the verdict)."""
+    if opts.strict:
+        return ""
+    other = next(p for p in PROMISES if p != opts.promise)
+    try:
+        rows = judge(base, pr, opts, None, data, reference, promise=other)
+    except equivalent.EquivalenceUnjudgeable as exc:
+        return f"under --promise {other} this run's data cannot be judged: {exc}"
+    rows = [r for r in rows if f"({other})" in r.gate]
+    failed = [r.gate for r in rows if not r.passed]
+    verdict = "PASS" if not failed else "FAIL (" + "; ".join(failed) + ")"
+    return f"the same data under --promise {other} (not this run's verdict): {verdict}"
+
+
+def _named(res: GateResult, promise: str) -> GateResult:
+    """The gate's name and summary say the promise they judged: ``scored (identical), base vs pr``."""
+    res.gate = res.gate.replace(", ", f" ({promise}), ", 1) if f"({promise})" not in res.gate else res.gate
+    res.summary = res.summary.replace("PASS:", f"PASS ({promise}):", 1).replace("FAIL:", f"FAIL ({promise}):", 1)
+    return res
 
 
 def judge_strict(base: BuildRun, pr: BuildRun, opts: Options, decode: Decode | None) -> list[GateResult]:

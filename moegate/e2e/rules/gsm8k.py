@@ -222,8 +222,10 @@ def gsm8k_result(
     *,
     detect: float = stats.DETECT_GSM8K,
     cap: int,
+    promise: str = "identical",
 ) -> GateResult:
-    """The GSM8K verdict: McNemar per filter at ALPHA_GSM8K/2 and every differing response explained."""
+    """The GSM8K verdict: McNemar per filter at ALPHA_GSM8K/2 and every differing response explained; under
+    ``equivalent`` also the exact_match difference's interval inside ``+-detect`` (``equivalent.gsm8k_interval``)."""
     a, b = labels
     reasons, parts = [], []
     em = {
@@ -249,6 +251,13 @@ def gsm8k_result(
         parts.append(f"{f} {sa:.4f}/{sb:.4f} (discordant {len(t.a_only)}/{len(t.b_only)}, exact McNemar p={t.p:.3g})")
         if t.p < stats.ALPHA_GSM8K / 2:
             reasons.append(f"{f}: exact_match differs, p={t.p:.3g} < {stats.ALPHA_GSM8K / 2}")
+        if promise == "equivalent":
+            from moegate.e2e.rules.equivalent import gsm8k_interval
+
+            lo, hi = gsm8k_interval(*em[f], alpha=stats.ALPHA_GSM8K / 4)
+            parts[-1] += f", difference in [{lo:+.3f}, {hi:+.3f}]"
+            if lo <= -detect or hi >= detect:
+                reasons.append(f"{f}: exact_match difference [{lo:+.3f}, {hi:+.3f}] not shown inside +-{detect}")
     unexplained = []
     for d in divergences:
         if "top" not in d:
@@ -272,7 +281,7 @@ def gsm8k_result(
     passed = not reasons
     discordant = sorted({*(x for t in tests.values() for x in (*t.a_only, *t.b_only))})
     summary = (
-        f"{'PASS' if passed else 'FAIL'}: {n} questions; "
+        f"{'PASS' if passed else 'FAIL'} ({promise}): {n} questions; "
         + "; ".join(parts)
         + f"; repeat discordance {psi:.3f}; {len(divergences)} responses differ, "
         f"{len(divergences) - len(unexplained)} explained (tie bound {tie:.4f}, decode and batch noise; "
@@ -285,14 +294,14 @@ def gsm8k_result(
     if reasons:
         summary += "; " + "; ".join(reasons)
     lines = [
-        f"### GSM8K, {a} vs {b}: **{'PASS' if passed else 'FAIL'}**", "",
+        f"### GSM8K ({promise}), {a} vs {b}: **{'PASS' if passed else 'FAIL'}**", "",
         *(f"- {p}" for p in parts),
         f"- discordant questions (doc ids): {', '.join(map(str, discordant)) or 'none'}",
         *(f"- doc {d['doc_id']} at token {d.get('position')}: {'explained' if d['explained'] else 'UNEXPLAINED'}: "
           f"{d['why']}" for d in divergences),
     ]  # fmt: skip
     return GateResult(
-        "gsm8k", passed, summary, "\n".join(lines) + "\n",
+        f"gsm8k ({promise})", passed, summary, "\n".join(lines) + "\n",
         [{"divergences": list(divergences), "mcnemar": {f: t.__dict__ for f, t in tests.items()}}],
     )  # fmt: skip
 

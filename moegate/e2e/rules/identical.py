@@ -1,7 +1,14 @@
-"""The scored comparison's rule (docs/e2e-rules.md): both builds' log-probabilities of the same sequences,
-each build under two batch compositions; FAIL on a systematic shift, a wider spread between builds than
-within one, or one token moved past a bound of the run's own noise (``stats.decide``).
-The scores come from the scoring phase, ``moegate/e2e/scored.py``.
+"""The ``identical`` promise's rules (docs/e2e-rules.md): the PR computes what the base computes at the same
+batch composition.
+
+- ``scored_result``: both builds' log-probabilities of the same sequences (prefill), each build under two
+  batch compositions; FAIL on a systematic shift, a wider spread between builds than within one, or one
+  token moved past a bound of the run's own noise (``stats.decide``);
+- ``decode_result``: the decode path, where the change under test acts: both builds' log-probabilities of
+  the tokens both generated, at 1 and at 4 in flight, against each build's own repeat.
+
+The scores come from the scoring phase (``moegate/e2e/scored.py``), the decoded log-probabilities from the
+greedy passes (``moegate/e2e/greedy.py``).
 """
 
 from __future__ import annotations
@@ -9,8 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from moegate.e2e import stats
-from moegate.e2e.data import ScoreData
+from moegate.e2e.data import BuildRun, DecodePair, ScoreData, decode_pairs
+from moegate.e2e.rules.noise import within_max
 from moegate.e2e.verdict import GateResult
 
 
@@ -18,7 +28,7 @@ def scored_result(data: ScoreData, detect: float = stats.DETECT_NATS_PER_TOKEN) 
     a, b = data.labels
     gate = f"scored, {a} vs {b}"
     seqs = data.seq_scores()
-    v = stats.decide(seqs, detect=detect)
+    v = stats.decide(seqs, detect=detect, m_within=within_max(data))
     size = (
         f"{data.prompts_used} prompts (needs {v.needed} to resolve {detect} nats/token at power {stats.POWER}; "
         f"cap {data.cap})"
@@ -74,3 +84,71 @@ def _evidence(data: ScoreData, seqs: Sequence[stats.SeqScores], most: int = 5) -
         fmt = lambda top: ", ".join(f"{t} ({lp:.3f})" for t, lp in top[:3])
         lines.append(f"| {s.seq_id} | {s.shift():+.4f} | {i} | {s.a1[i]:.4f} | {s.b1[i]:.4f} | {fmt(ta)} | {fmt(tb)} |")
     return [*lines, ""]
+
+
+# --- the decode path -------------------------------------------------------------------------
+
+
+def _mean_abs(pairs: Sequence[DecodePair]) -> dict[str, float]:
+    return {p.prompt_id: float(np.abs(p.b - p.a).mean()) for p in pairs if p.a.size}
+
+
+def decode_within(runs: Sequence[BuildRun]) -> tuple[int | None, dict[str, float]]:
+    """Each build against its own repeat at the largest in-flight count that has one: per prompt, the mean change
+    of one token's decoded log-probability, averaged over the builds (the decode clause's noise twin)."""
+    counts = sorted({c for r in runs for c in r.repeat})
+    if not counts:
+        return None, {}
+    c = counts[-1]
+    per: dict[str, list[float]] = {}
+    for r in runs:
+        if c in r.repeat:
+            for pid, v in _mean_abs(decode_pairs(r.greedy[c], r.repeat[c])).items():
+                per.setdefault(pid, []).append(v)
+    return c, {pid: float(np.mean(v)) for pid, v in per.items()}
+
+
+def decode_result(base: BuildRun, pr: BuildRun, c: int) -> GateResult:
+    """The decode path under ``identical``: the two builds' log-probabilities of the tokens both generated at ``c``
+    in flight (decode steps of at most ``c`` tokens, the naive region at 1 and 4 in flight on the tiny models),
+    token by token, against each build's own repeat.
+
+    Per prompt with a common prefix, the between-build mean change of one token minus the same-build one; FAIL
+    when the signed-rank test finds the builds further apart than each is from itself (one-sided,
+    ``stats.ALPHA_SPREAD``). At an in-flight count without a repeat (1: a batch of one, which the H200 and the CPU
+    both decoded bit-identically across servers of one build) the twin is the repeat at the largest count: a
+    larger batch reorders more, so the test is conservative there.
+    """
+    a, b = base.build.label, pr.build.label
+    gate = f"decode, {c} in flight"
+    pairs = decode_pairs(base.greedy.get(c, []), pr.greedy.get(c, []))
+    between = _mean_abs(pairs)
+    twin_c, within = decode_within((base, pr))
+    ids = sorted(between)
+    if not ids:
+        return GateResult(
+            gate, True, f"PASS: no common prefix at {c} in flight to compare (greedy judges the divergences)"
+        )
+    diffs = np.array([between[i] - within.get(i, 0.0) for i in ids])
+    p = stats.signed_rank_p(diffs, alternative="greater")
+    tokens = sum(p_.a.size for p_ in pairs)
+    largest = max((float(np.abs(x.b - x.a).max()) for x in pairs if x.a.size), default=0.0)
+    passed = p >= stats.ALPHA_SPREAD
+    twin = f"each build's repeat at {twin_c} in flight" if twin_c is not None else "no repeat (0)"
+    summary = (
+        f"{'PASS' if passed else 'FAIL'}: {tokens} decoded tokens of {len(ids)} prompts both builds generated; "
+        f"mean |change| {np.mean([between[i] for i in ids]):.5f} between vs {np.mean([within.get(i, 0.0) for i in ids]):.5f} "
+        f"within ({twin}) nats/token, wider in {int((diffs > 0).sum())} of {len(ids)} prompts, signed-rank "
+        f"p={p:.3g} (level {stats.ALPHA_SPREAD}); largest token change {largest:.4f} nats ({a} vs {b})"
+    )
+    lines = [f"### decode path, {c} in flight, {a} vs {b}: **{'PASS' if passed else 'FAIL'}**", "",
+             "| prompt | tokens | mean change between | within |", "| --- | ---: | ---: | ---: |"]  # fmt: skip
+    for x in sorted(pairs, key=lambda x: -between.get(x.prompt_id, 0.0))[:8]:
+        if x.a.size:
+            lines.append(
+                f"| {x.prompt_id} | {x.a.size} | {between[x.prompt_id]:.5f} | {within.get(x.prompt_id, 0.0):.5f} |"
+            )
+    return GateResult(
+        gate, passed, summary, "\n".join(lines) + "\n",
+        [{"decode": {"in_flight": c, "tokens": tokens, "prompts": len(ids), "p": p, "largest": largest}}],
+    )  # fmt: skip

@@ -1,9 +1,19 @@
 """The noise a run measures of itself, as the rules use it: tie bounds for greedy and GSM8K divergences.
 
-- ``tie_bound``: twice the largest same-build change of one token between the two batch compositions;
-- ``decode_noise``: the largest change of one token between decoding it and scoring it (prefill);
-- ``gsm8k_tie_bound``: twice the larger of the two (a GSM8K divergence happens in decode and is judged by
-  a re-scoring). Derivations: docs/e2e-rules.md.
+Every figure here is measured on sequences that are the same for both builds whatever the PR does
+(docs/e2e-rules.md, "A tie bound that does not grow with the PR's divergence"): the base's
+continuations, scored by both builds; the greedy passes each build repeats; the base's own decode
+against its own prefill. The PR's extra continuations (``+pr`` sequences, one per prompt it diverges
+on) never enter a bound: with a bug that diverges everywhere they added a sequence each, and the
+largest same-build change over more sequences grew (1.03 nats against a same-build pair's 0.20 in the
+same call on the H200, 2026-12-02), so the bug's divergences were explained by the bug's own noise.
+
+- ``within_max``: the largest same-build change of one token between the two batch compositions (M_w);
+- ``decode_repeat_max``: the largest change of one token between a build's greedy pass and its repeat;
+- ``decode_noise``: the largest change of one token between decoding it and scoring it (prefill), M_d;
+- ``reference_max``: the largest change the reference re-rounding makes to one token (M_R);
+- ``tie_bound``, ``gsm8k_tie_bound``: twice the relevant largest change (a margin is a difference of two
+  log-probabilities, each of which that noise moves by at most the figure).
 """
 
 from __future__ import annotations
@@ -11,13 +21,34 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from moegate.e2e import stats
-from moegate.e2e.data import PR_SEQUENCE, ScoreData
+from moegate.e2e.data import PR_SEQUENCE, BuildRun, ScoreData, decode_pairs
 
 
-def tie_bound(data: ScoreData | None) -> float:
-    """The near-tie bound of this run: ``stats.tie_bound`` of its largest same-build token change."""
-    return stats.tie_bound(stats.noise_max(data.seq_scores())) if data is not None and data.sequences else 0.0
+def within_max(data: ScoreData | None) -> float:
+    """M_w: the largest change of one token between compositions, either build, on the base's sequences only."""
+    if data is None or not data.sequences:
+        return 0.0
+    ids = {s.seq_id for s in data.base_sequences()}
+    return stats.noise_max([s for s in data.seq_scores() if s.seq_id in ids])
+
+
+def decode_repeat_max(runs: Sequence[BuildRun]) -> float:
+    """The largest change of one token between a build's greedy pass and its repeat (same composition, decode)."""
+    worst = 0.0
+    for run in runs:
+        for c, again in run.repeat.items():
+            for p in decode_pairs(run.greedy.get(c, []), again):
+                if p.a.size:
+                    worst = max(worst, float(np.abs(p.b - p.a).max()))
+    return worst
+
+
+def tie_bound(data: ScoreData | None, runs: Sequence[BuildRun] = ()) -> float:
+    """The near-tie bound under ``identical``: twice the largest same-build change, prefill or decode."""
+    return stats.tie_bound(max(within_max(data), decode_repeat_max(runs)))
 
 
 def decode_noise(data: ScoreData | None, greedy_1: Mapping[str, Sequence[Any]]) -> float:
@@ -26,7 +57,8 @@ def decode_noise(data: ScoreData | None, greedy_1: Mapping[str, Sequence[Any]]) 
     Each build's 1-in-flight greedy continuation reported, token by token, the log-probability it decoded
     with (``Completion.top``); the scoring phase scored the same tokens of the same sequence in prefill.
     Same build, same tokens, another kernel schedule (one row per step against the whole sequence at
-    once): the difference is noise of the build, measured in this run (docs/e2e-rules.md, GSM8K).
+    once): the difference is noise of the build, measured in this run (docs/e2e-rules.md, GSM8K). The
+    rules pass the base's continuation only: a PR whose decode alone is wrong would widen its own bound.
     """
     if data is None or not data.sequences:
         return 0.0
@@ -49,9 +81,29 @@ def decode_noise(data: ScoreData | None, greedy_1: Mapping[str, Sequence[Any]]) 
     return worst
 
 
-def gsm8k_tie_bound(data: ScoreData | None, greedy_1: Mapping[str, Sequence[Any]]) -> float:
+def reference_max(data: ScoreData | None, base: BuildRun | None, reference: BuildRun | None) -> float:
+    """M_R: the largest change the reference re-rounding makes to one token, in prefill (the base's sequences at
+    composition 1) or in decode (the base's and the reference's greedy passes along their common prefix)."""
+    worst = 0.0
+    if data is not None and data.reference and data.reference in data.scores:
+        a_lab, r_lab = data.labels[0], data.reference
+        for s in data.base_sequences():
+            a = np.asarray(data.scores[a_lab][0][s.seq_id].logprobs)
+            r = np.asarray(data.scores[r_lab][0][s.seq_id].logprobs)
+            if a.size:
+                worst = max(worst, float(np.abs(r - a).max()))
+    if base is not None and reference is not None:
+        for c, passes in reference.greedy.items():
+            for p in decode_pairs(base.greedy.get(c, []), passes):
+                if p.a.size:
+                    worst = max(worst, float(np.abs(p.b - p.a).max()))
+    return worst
+
+
+def gsm8k_tie_bound(data: ScoreData | None, greedy_1: Mapping[str, Sequence[Any]], extra: float = 0.0) -> float:
     """GSM8K's near-tie bound: a response diverged while decoding, but its first divergent token is judged by
-    re-scoring (prefill), so a margin can move by the decode-to-prefill change as well as the batch one."""
+    re-scoring (prefill), so a margin can move by the decode-to-prefill change as well as the batch one (and,
+    under ``equivalent``, by what a re-rounding moves one token: ``extra``)."""
     if data is None or not data.sequences:
         return 0.0
-    return stats.tie_bound(max(stats.noise_max(data.seq_scores()), decode_noise(data, greedy_1)))
+    return stats.tie_bound(max(within_max(data), decode_noise(data, greedy_1), extra))

@@ -65,6 +65,14 @@ def test_the_e2e_leg_serves_both_builds_with_the_gpu_flags_and_bounded_gsm8k(tmp
     assert opts.gates == "greedy,gsm8k" and opts.gsm8k_cap == 250 and opts.no_gsm8k_repeat
     assert opts.model == "/repo/models/e2e-trained" and opts.gsm8k_dir == str(GSM8K)
     assert opts.report == str(tmp_path / "r" / "e2e-trained.md")
+    assert opts.promise == "identical"
+
+
+@pytest.mark.skipif(not (GSM8K / "test.jsonl").is_file(), reason=f"needs GSM8K's published files in {GSM8K}")
+def test_the_e2e_leg_passes_the_prs_promise_to_the_e2e_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MOEGATE_GSM8K_DIR", str(GSM8K))
+    cmd = _command(tmp_path, "e2e", "--model", "random", "--promise", "equivalent", capsys=capsys)
+    assert e2e_parser().parse_args(cmd[4:]).promise == "equivalent"
 
 
 def test_the_e2e_leg_without_gsm8k_is_one_line_before_any_server(tmp_path, capsys, monkeypatch):
