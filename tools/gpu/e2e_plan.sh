@@ -1,44 +1,61 @@
 #!/usr/bin/env bash
-# The e2e tier's H200 measurements (issue 18 item 6): server pairs side by side on the one GPU, each
-# one `python -m moegate.e2e run` (greedy at 1 and 4 in flight, the scored comparison, GSM8K where
-# asked; the rules of docs/e2e-rules.md). From the checkout root on the device, after the installs of
-# tools/gpu/README.md ($HOME/vllm-site, $HOME/eval-site, optionally $HOME/vllm032):
+# The e2e tier's H200 measurements: server pairs side by side on the one GPU, each one `python -m moegate.e2e run`
+# (the orchestrator, moegate/e2e/pair.py: greedy at 1 and 4 in flight, the scored comparison, the decode path,
+# GSM8K where asked; both promises of docs/e2e-rules.md judged from the pair's one run). From the checkout root on
+# the device, after the installs of tools/gpu/README.md ($HOME/vllm-site, $HOME/eval-site, optionally $HOME/vllm032):
 #
-#   bash tools/gpu/e2e_plan.sh PLANFILE        # e.g. tools/gpu/plans/specificity.plan
+#   bash tools/gpu/e2e_plan.sh PLANFILE        # e.g. tools/gpu/plans/promises-a.plan
 #
-# A plan line: LABEL MODEL BASE PR GATES
+# A plan line: LABEL MODEL BASE PR GATES [PROMISE]
 #   MODEL  random (the e2e preset, built here once with GSM8K's tokenizer) | trained (models/e2e-trained)
-#   BASE, PR  a build: VERSION[+BUG][@res]: 033 or 032 (the site), +BUG a planted bug
-#          (`python -m moegate.vllm.planted --bug`: scale=F, weights=F, expert=SRC:DST, renorm=off),
-#          @res experts resident (otherwise UVA-offloaded: --offload-backend uva ... experts)
+#          | random-fp8 (the block-FP8 variant of issue 29 item 6: `python -m moegate.model.quantize SRC DEST
+#          --scheme fp8-block` on the random model, whose e2e preset tiles into [128, 128] blocks, hidden 256 and
+#          expert width 128, and keeps 1-4 decode tokens naive, 4 x 8 x 4 <= 128; docs/offload.md. The trained
+#          model's expert width 64 does not tile: the writer refuses it with one line and the line is skipped)
+#   BASE, PR  a build: VERSION[+BUG][@VARIANT]: 033 or 032 (the site); +BUG a planted change
+#          (`python -m moegate.vllm.planted --bug`: bugs scale=F, weights=F, expert=SRC:DST, renorm=off,
+#          naive-top1=F, naive-host-top1=F; harmless reround=K, reround-attn=K); @VARIANT one of
+#          res (experts resident; otherwise UVA-offloaded: --offload-backend uva ... experts),
+#          eager (--enforce-eager: no CUDA graphs, no torch.compile), triton-attn (--attention-backend TRITON_ATTN),
+#          tuned (a retuned fused-MoE config: BLOCK_SIZE_K 32 for every M, VLLM_TUNED_CONFIG_FOLDER),
+#          batchinv (VLLM_BATCH_INVARIANT=1: vLLM's batch-invariant kernels, another reduction order)
 #   GATES  greedy | greedy,gsm8k
-# Every build is an interpreter made by `python -m moegate.vllm.planted` under $HOME/builds (no
-# search-path variable anywhere); the driver and lm-eval run on the plain 0.33.0 build.
+#   PROMISE  what the pair's run is judged by (default identical); the other promise is judged from the same
+#          raw folder after the pairs (`python -m moegate.e2e compare --promise ...`), both land in the archive
+# Every build is an interpreter made by `python -m moegate.vllm.planted` under $HOME/builds (no search-path
+# variable anywhere); the driver and lm-eval run on the plain 0.33.0 build.
 #
-# The servers get a fixed KV cache (--kv-cache-memory-bytes, 1 GiB; these sizes need 16 MiB): with it
-# vLLM skips the memory profiling that, with 12 engines starting at once on 2026-12-01, counted the
-# others' allocations as its own (5 of 12 failed: "Available KV cache memory: -7.12 GiB").
-# GSM8K: 250 questions once per build (GSM8K_ARGS; the cap at 250 keeps a pair inside one call: where
-# the size rule asks for more, the verdict says what 250 resolve). SERVER_ARGS and UVA_ARGS replace those flags (a CPU rehearsal: UVA_ARGS= SERVER_ARGS="...").
-# E2E_ARGS goes to every `moegate.e2e run` as well (`--strict`: the byte-identity verdicts, plans/byte-identity.plan).
-# Launches are STAGGER_S apart; every pair is stopped by BUDGET_S after the first (the call's limit
-# is 600 s). Writes $OUT/PLAN.tar.xz (each pair's folder: driver log, e2e.md, scores.json, gate JSONs,
-# server logs, wall.txt) and prints each pair's verdict lines and wall time.
+# Servers serve as users serve: CUDA graphs and torch.compile on (no --enforce-eager but in @eager), a fixed KV
+# cache each (--kv-cache-memory-bytes, 1 GiB; these sizes need 16 MiB), so vLLM skips the memory profiling that
+# counted other engines' allocations as its own (2026-12-01), and a pair's servers start side by side.
+# One reference server per model (the 0.33.0 UVA base re-rounded, `--bug reround=3`, tools/gpu/e2e_serve.py) is
+# shared by every pair of that model (--reference-url): it is the yardstick of `equivalent`, a size, which other
+# pairs' requests batched beside its own do not move measurably; the compared servers are never shared.
+#
+# GSM8K: 250 questions once per build (GSM8K_ARGS; the cap at 250 keeps a pair inside one call: where the size
+# rule asks for more, the verdict says what 250 resolve). SERVER_ARGS and UVA_ARGS replace those flags (a CPU
+# rehearsal: UVA_ARGS= SERVER_ARGS="..."). E2E_ARGS goes to every `moegate.e2e run` as well (`--strict`: the
+# byte-identity verdicts, plans/byte-identity.plan).
+#
+# Resumable per pair: a pair whose wall.txt says exit 0 or 1 (a verdict) is not run again; run the same plan
+# again in the next call to finish the rest. Launches are STAGGER_S apart; every pair is stopped by BUDGET_S
+# after the first (the call's limit is 600 s). Writes $OUT/PLAN.tar.xz (each pair's folder: driver log, e2e.md,
+# scores.json, gate JSONs, server logs, wall.txt, both promises' pages) and prints each pair's verdicts.
 set -u
 : "${OUT:?run on the device: \$OUT is where results go}"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
 plan=${1:?usage: e2e_plan.sh PLANFILE}
 name=$(basename "$plan" .plan)
 ROOT=$PWD DATA=${DATA:-$PWD/.gpu/g18/data}
-PROMPTS=${PROMPTS:-64} TOKENS=${TOKENS:-128} UTIL=${UTIL:-0.05} KV=${KV:-1073741824}
-STAGGER_S=${STAGGER_S:-5} BUDGET_S=${BUDGET_S:-540} GSM8K_ARGS=${GSM8K_ARGS:-"--gsm8k-limit 250 --gsm8k-cap 250 --no-gsm8k-repeat"}
+PROMPTS=${PROMPTS:-64} TOKENS=${TOKENS:-128} UTIL=${UTIL:-0.04} KV=${KV:-1073741824}
+STAGGER_S=${STAGGER_S:-3} BUDGET_S=${BUDGET_S:-540} GSM8K_ARGS=${GSM8K_ARGS:-"--gsm8k-limit 250 --gsm8k-cap 250 --no-gsm8k-repeat"}
 t0=$(date +%s)
-mkdir -p "$HOME/builds" "$HOME/e2e"
+mkdir -p "$HOME/builds" "$HOME/e2e/$name" "$HOME/e2e-models"
 
 build() {  # build token -> its interpreter (made once per machine)
   local tok=$1 ver bug="" dir
   ver=${tok%%[+@]*}
-  case $tok in *+*) bug=${tok#*+}; bug=${bug%@res} ;; esac
+  case $tok in *+*) bug=${tok#*+}; bug=${bug%%@*} ;; esac
   dir=$HOME/builds/$(echo "${ver}+${bug}" | tr -c 'A-Za-z0-9.\n' '_')
   if [ ! -x "$dir/bin/python" ]; then
     local site=$HOME/vllm-site
@@ -50,47 +67,121 @@ build() {  # build token -> its interpreter (made once per machine)
 }
 
 UVA_ARGS=${UVA_ARGS-"--offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"}
-uva() { case $1 in *@res) ;; *) echo "$UVA_ARGS" ;; esac; }
+TUNED=$HOME/e2e-models/tuned-config
+flags() {  # build token -> its own server flags
+  local tok=$1 out="$UVA_ARGS"
+  case $tok in *@res*) out="" ;; esac
+  case $tok in *@eager*) out="$out --enforce-eager" ;; esac
+  case $tok in *@triton-attn*) out="$out --attention-backend TRITON_ATTN" ;; esac
+  echo "$out"
+}
+envs() {  # build token -> its own --SIDE-env words
+  case $1 in *@tuned*) echo "VLLM_TUNED_CONFIG_FOLDER=$TUNED" ;; *@batchinv*) echo "VLLM_BATCH_INVARIANT=1" ;; esac
+}
+
+tuned_config() {  # E=<experts>,N=<intermediate> for the H200: BLOCK_SIZE_K 32 for every M (the default is 64-128)
+  mkdir -p "$TUNED"
+  python3 - "$TUNED" <<'PY'
+import json, sys
+for e, n in ((128, 128), (64, 64)):  # random e2e preset, trained e2e preset: experts, w2's last dim
+    cfg = {str(m): {"BLOCK_SIZE_M": 16 if m <= 64 else 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1,
+                    "num_warps": 4, "num_stages": 3} for m in (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024,
+                                                                1536, 2048, 3072, 4096)}
+    with open(f"{sys.argv[1]}/E={e},N={n},device_name=NVIDIA_H200.json", "w") as fh:
+        json.dump(cfg, fh, indent=1)
+PY
+}
+
+model_dir() {  # model token -> its directory (built once per machine); empty and a reason on stderr if not here
+  case $1 in
+    random) echo "$HOME/tiny-e2e" ;;
+    trained) echo "$ROOT/models/e2e-trained" ;;
+    *-fp8)
+      local src dst=$HOME/e2e-models/$1
+      src=$(model_dir "${1%-fp8}") || return 1
+      if [ ! -f "$dst/config.json" ]; then
+        "$DRIVER" -m moegate.model.quantize "$src" "$dst" --scheme fp8-block >"$HOME/e2e-models/$1.log" 2>&1 \
+          || { echo "model $1: the block-FP8 writer failed: $(tail -1 "$HOME/e2e-models/$1.log")" >&2; return 1; }
+      fi
+      echo "$dst" ;;
+    *) echo "unknown model $1" >&2; return 1 ;;
+  esac
+}
 
 DRIVER=$(build 033) || exit 1
 "$DRIVER" -c "import vllm; print('vllm', vllm.__version__, 'from', vllm.__file__)" 2>&1 | tail -1
 nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
-if grep -qE '^[^#]* random ' "$plan" && [ ! -f "$HOME/tiny-e2e/config.json" ]; then
+if grep -qE '^[^#]* random' "$plan" && [ ! -f "$HOME/tiny-e2e/config.json" ]; then
   timeout 120 "$DRIVER" -m moegate.model.tiny_model "$HOME/tiny-e2e" --preset e2e --overwrite \
     --tokenizer-data "$DATA/gsm8k/train.jsonl" >"$OUT/tiny-model.log" 2>&1 || { tail -20 "$OUT/tiny-model.log"; exit 1; }
   echo "random model built in $(( $(date +%s) - t0 )) s"
 fi
-ARGS=${SERVER_ARGS:-"--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching \
+grep -q '@tuned' "$plan" && tuned_config
+ARGS=${SERVER_ARGS:-"--max-model-len 4096 --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching \
 --gpu-memory-utilization $UTIL --kv-cache-memory-bytes $KV"}
 
-labels=()
-while read -r label model base pr gates; do
+# one reference re-rounding per model that a pending pair uses
+REF=$(build 033+reround=3) || exit 1
+declare -A refurl refpid
+pending() { local w=$HOME/e2e/$name/$1/wall.txt; ! grep -qE '^exit (0|1) ' "$w" 2>/dev/null; }
+for model in $(awk '!/^#/ && NF {print $2}' "$plan" | sort -u); do
+  grep -E "^[^#]" "$plan" | awk -v m="$model" '$2 == m {print $1}' | while read -r l; do pending "$l" && echo x; done \
+    | grep -q x || continue
+  dir=$(model_dir "$model") || continue
+  f=$HOME/e2e/$name/reference-$model.url; rm -f "$f"
+  "$DRIVER" -m tools.gpu.e2e_serve --python "$REF" --model "$dir" --args "$ARGS --max-num-seqs 32 $UVA_ARGS" \
+    --url-file "$f" --log "$HOME/e2e/$name/reference-$model.log" >"$HOME/e2e/$name/reference-$model.out" 2>&1 &
+  refpid[$model]=$!
+  refurl[$model]=$f
+done
+
+labels=() pairs=()
+while read -r label model base pr gates promise; do
   case $label in ''|'#'*) continue ;; esac
+  out=$HOME/e2e/$name/$label
+  if ! pending "$label"; then echo "$label: done in an earlier call ($(cat "$out/wall.txt"))"; labels+=("$label"); continue; fi
+  dir=$(model_dir "$model") || { echo "$label: skipped (model $model)"; continue; }
   bpy=$(build "$base") && ppy=$(build "$pr") || { echo "$label: build failed"; continue; }
-  dir=$HOME/tiny-e2e; [ "$model" = trained ] && dir=$ROOT/models/e2e-trained
-  out=$HOME/e2e/$name/$label; rm -rf "$out"; mkdir -p "$out"
+  rm -rf "$out"; mkdir -p "$out"
   extra=(); [[ $gates == *gsm8k* ]] && extra=(--gsm8k-dir "$DATA/gsm8k" --eval-python "$DRIVER" $GSM8K_ARGS)
+  for side in base pr; do tok=$base; [ $side = pr ] && tok=$pr; e=$(envs "$tok"); [ -n "$e" ] && extra+=("--$side-env=$e"); done
   left=$(( t0 + BUDGET_S - $(date +%s) ))
   (
     s=$(date +%s%N)
+    f=${refurl[$model]:-}; w=0
+    while [ -n "$f" ] && [ ! -s "$f" ] && [ $w -lt 400 ]; do sleep 2; w=$((w + 2)); done
+    ref=(--reference "$REF"); [ -n "$f" ] && [ -s "$f" ] && ref+=(--reference-url "$(cat "$f")")
     timeout -k 20 "$left" "$DRIVER" -m moegate.e2e run --base="$bpy" --pr="$ppy" --base-label=base --pr-label=pr \
-      --base-args="$(uva "$base")" --pr-args="$(uva "$pr")" --model="$dir" --gates="$gates" \
+      --base-args="$(flags "$base")" --pr-args="$(flags "$pr")" --model="$dir" --gates="$gates" \
+      --promise="${promise:-identical}" "${ref[@]}" \
       --prompts-file "$DATA/prompts.jsonl" --prompts="$PROMPTS" --max-tokens="$TOKENS" --in-flight=1,4 \
-      --server-args="$ARGS" --out="$out/run" --report="$out/e2e.md" --golden-dir="$out/golden" --bless \
+      --server-args="$ARGS" --out="$out/run" --report="$out/e2e.md" --golden-dir="$out/golden" \
       --startup-timeout 400 "${extra[@]}" ${E2E_ARGS:-} >"$out/driver.log" 2>&1
     rc=$?
-    echo "exit $rc wall_ms $(( ($(date +%s%N) - s) / 1000000 )) base $base pr $pr model $model gates $gates" >"$out/wall.txt"
+    echo "exit $rc wall_ms $(( ($(date +%s%N) - s) / 1000000 )) base $base pr $pr model $model gates $gates promise ${promise:-identical}" >"$out/wall.txt"
+    if [ $rc -le 1 ]; then  # the other promise, from the same raw folder
+      other=equivalent; [ "${promise:-identical}" = equivalent ] && other=identical
+      "$DRIVER" -m moegate.e2e compare --raw "$out/run" --base base --pr pr --model "$dir" --gates "$gates" \
+        --promise "$other" --server-args "$ARGS" --max-tokens "$TOKENS" --golden-dir "$out/golden" \
+        --report "$out/e2e-$other.md" >"$out/compare-$other.log" 2>&1
+      echo "$other exit $?" >>"$out/wall.txt"
+    fi
   ) &
+  pairs+=($!)
   labels+=("$label")
   sleep "$STAGGER_S"
 done <"$plan"
+[ ${#pairs[@]} -gt 0 ] && wait "${pairs[@]}"
+for pid in "${refpid[@]}"; do kill -TERM "$pid" 2>/dev/null; done
 wait
-echo "plan $name: ${#labels[@]} pairs done in $(( $(date +%s) - t0 )) s"
+echo "plan $name: ${#labels[@]} pairs in $(( $(date +%s) - t0 )) s"
 for label in "${labels[@]}"; do
-  f=$HOME/e2e/$name/$label/driver.log
-  echo "== $label: $(cat "$HOME/e2e/$name/$label/wall.txt" 2>/dev/null)"
-  grep -E "^(PASS|FAIL)  " "$f" | cut -c1-330
-  grep -E "^moegate.e2e: |Error|error:" "$f" | grep -v "measured in" | tail -3 | cut -c1-300
+  d=$HOME/e2e/$name/$label
+  echo "== $label: $(head -1 "$d/wall.txt" 2>/dev/null) | $(sed -n 2p "$d/wall.txt" 2>/dev/null)"
+  grep -E "^(PASS|FAIL)  " "$d/driver.log" 2>/dev/null | grep -v golden | cut -c1-300
+  grep -E "^(PASS|FAIL)  " "$d/compare-"*.log 2>/dev/null | grep -v golden | cut -c1-300
+  grep -E "^moegate.e2e: |Error|error:" "$d/driver.log" 2>/dev/null | grep -v "measured in" | tail -3 | cut -c1-300
 done
-tar -I "xz -T0" -cf "$OUT/$name.tar.xz" --exclude=hf_datasets_cache -C "$HOME/e2e" "$name"
+tar -I "xz -T0" -cf "$OUT/$name.tar.xz" --exclude=hf_datasets_cache --exclude=reference-build --exclude=golden \
+  -C "$HOME/e2e" "$name"
 ls -la "$OUT"

@@ -1,4 +1,5 @@
-"""The rows of results/e2e-h200-scored.md's tables, from the pair folders ``tools/gpu/e2e_plan.sh`` wrote.
+"""The rows of results/e2e-h200-scored.md's tables, from the pair folders ``tools/gpu/e2e_plan.sh`` wrote before issue 29
+(gate files without a promise in their names); runs since: ``tools/gpu/e2e_equivalent_table.py`` and each pair's pages.
 
     python3 -m tools.gpu.e2e_plan_table PAIR_DIR...        # e.g. /tmp/x/e2e-h200-specificity/*/
 
