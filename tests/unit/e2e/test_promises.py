@@ -219,3 +219,17 @@ def test_a_promise_the_data_cannot_judge_is_one_line_and_exit_2(tmp_path, args, 
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(line), proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_builds_that_reproduce_themselves_bit_for_bit_fail_identicals_decode_rule_on_any_changed_token():
+    """Too few prompts for the signed-rank test (4: its smallest p is 1/16), but each build decodes exactly as its
+    repeat: one changed decoded token is already the PR computing something else."""
+    rng = np.random.default_rng(5)
+    lps = {f"p{i}": rng.normal(-2, 1, TOKENS) for i in range(4)}
+    base = _run("base", lps)
+    moved = {k: v.copy() for k, v in lps.items()}
+    moved["p2"][7] += 0.01
+    pr = _run("pr", moved)
+    res = identical.decode_result(base, pr, 1)
+    assert not res.passed and "1 decoded tokens changed" in res.summary, res.summary
+    assert identical.decode_result(base, _run("pr", lps), 1).passed
