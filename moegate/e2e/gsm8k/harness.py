@@ -95,7 +95,7 @@ def lm_eval_argv(
             # Which requests share a decode batch then depends on timing; on the H200 neither this
             # nor waves of N prompts per request (--batch_size N) gave a random model reproducible
             # responses (results/e2e-h200.md), so the gate runs each build twice and compares two
-            # builds only where each reproduces itself (moegate/e2e/run.py).
+            # builds only where each reproduces itself (moegate/e2e/rules/gsm8k.py).
             f"num_concurrent={num_concurrent}",
             "max_retries=1",
             "tokenizer_backend=None",
