@@ -4,7 +4,7 @@ The e2e tier scores the log-probabilities each build decoded along the common pr
 greedy passes at 1 and at 4 in flight (``moegate/e2e/data.py`` ``decode_pairs``; the rules in
 ``moegate/e2e/rules/``). This test traces, as ``test_layer_lifecycle.py`` does, every fused-MoE call of
 vLLM's offline engine serving each e2e model with its experts UVA-offloaded (as the e2e servers on a
-GPU run) and resident, one prompt at a time and four at once (``moegate.model.engine``: ``single`` and
+GPU run; resident too with ``MOEGATE_E2E_REGION_SCENARIOS=uva-all,device``), one prompt at a time and four at once (``moegate.model.engine``: ``single`` and
 ``batch``), and asserts that
 
 - every decode step of the one-at-a-time pass (1 token) lies in the naive region ``T * top_k * 4 <= E``,
@@ -18,7 +18,7 @@ GPU run) and resident, one prompt at a time and four at once (``moegate.model.en
 The engine runs eagerly so the recorders see every call; the e2e servers capture CUDA graphs, whose
 replay runs the same shapes through the same dispatch decision (``test_cuda_graphs.py``).
 
-    MOEGATE_REQUIRE_CUDA=1 python -m pytest tests/kernels/test_e2e_decode_region.py   # the lead, on the GPU
+    MOEGATE_REQUIRE_CUDA=1 python -m pytest tests/kernels/test_e2e_decode_region.py   # the lead, on the GPU: 2-3 min
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from tests.support import ROOT
 TIMEOUT_S = int(os.environ.get("MOEGATE_ENGINE_TIMEOUT", "480"))
 MAX_TOKENS = 12
 MODELS = ("random", "trained")
-SCENARIOS = ("uva-all", "device")
+SCENARIOS = tuple(os.environ.get("MOEGATE_E2E_REGION_SCENARIOS", "uva-all").split(","))
+"""UVA-offloaded experts, as the e2e servers run on a GPU (``uva-all,device`` adds resident experts: a minute more)."""
 
 
 @pytest.fixture(scope="session")
