@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from moegate.e2e import report
+from moegate.e2e import data as e2e
+from moegate.e2e import greedy, gsm8k, pair, prompts, report, rules
+from moegate.e2e.data import DEFAULT_PROMISE, PROMISES
 from moegate.e2e.datasets import DataError
 from moegate.e2e.goldens import E2E_GOLDEN_DIR as GOLDEN_DIR
+from moegate.e2e.goldens import flag_value
 from moegate.paths import REPORTS_DIR, ROOT
 from moegate.serve.build import Build, BuildError, env_pairs, parse_build, positive_ints
-from moegate.serve.server import ServerError, teardown_on_termination
+from moegate.serve.server import ServerError, resolve_model, teardown_on_termination
+from moegate.vllm.planted import make_build
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,8 +102,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _promise_options(p: argparse.ArgumentParser) -> None:
-    from moegate.e2e.data import DEFAULT_PROMISE, PROMISES
-
     p.add_argument(
         "--promise", default=DEFAULT_PROMISE,
         help=f"what the PR promises: {' or '.join(PROMISES)} (default {DEFAULT_PROMISE}, the safe one: a re-rounding "
@@ -113,9 +116,6 @@ def _promise_options(p: argparse.ArgumentParser) -> None:
 
 def _check_promise(promise: str, flags: dict[str, tuple[str, ...]], has_reference: bool) -> str | None:
     """One line when the data cannot judge ``promise`` (bad input, exit 2), else None."""
-    from moegate.e2e.data import PROMISES
-    from moegate.e2e.goldens import flag_value
-
     if promise not in PROMISES:
         return f"unknown promise {promise!r}; known: {', '.join(PROMISES)}"
     if promise == "identical":
@@ -132,9 +132,6 @@ def _check_promise(promise: str, flags: dict[str, tuple[str, ...]], has_referenc
 
 
 def _run(args: argparse.Namespace) -> int:
-    from moegate.e2e import data as e2e
-    from moegate.e2e import greedy, pair, prompts, rules
-
     gates = tuple(g for g in args.gates.split(",") if g)
     unknown = [g for g in gates if g not in e2e.GATES]
     if unknown or not gates:
@@ -190,12 +187,8 @@ def _run(args: argparse.Namespace) -> int:
     runs: list[e2e.BuildRun] = []
     t0 = time.monotonic()
     try:
-        from moegate.serve.server import resolve_model
-
         resolve_model(args.model)
         if "gsm8k" in gates:
-            from moegate.e2e import gsm8k
-
             if args.gsm8k_task == gsm8k.LOCAL_TASK:
                 gsm8k.verify_data(args.gsm8k_dir)
             gsm8k.check_lm_eval(args.eval_python or "")
@@ -258,8 +251,6 @@ def gate_file(gate: str) -> str:
 def _reference(spec: str, base: Build, out: Path) -> Build:
     """The reference build: ``auto`` makes it from the base's interpreter (its environment and flags too)."""
     if spec == "auto":
-        from moegate.vllm.planted import make_build
-
         if not Path(base.python).exists():
             raise BuildError(f"build {base.label}: no interpreter at {base.python}")
         python = str(make_build(out / "reference-build", base.python, bug="reround=3"))
@@ -289,9 +280,6 @@ def _stop(args: argparse.Namespace, title: str, runs: list, commands: list[str],
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from moegate.e2e import data as e2e
-    from moegate.e2e import greedy, rules
-
     raw = Path(args.raw)
     runs = [e2e.read_raw(raw, args.base), e2e.read_raw(raw, args.pr)]
     data = e2e.read_scores(raw)
@@ -325,15 +313,11 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _git_ignored(path: Path) -> bool:
-    import subprocess
-
     proc = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", str(path)], check=False)
     return proc.returncode == 0
 
 
 def _prompts(args: argparse.Namespace) -> int:
-    from moegate.e2e import prompts
-
     if args.select:
         with prompts._open_package() as fh:
             chosen = prompts.choose(prompts.complete_records(fh), args.select)

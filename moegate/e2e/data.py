@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from moegate.e2e import goldens, greedy, stats
+from moegate.e2e import goldens, greedy, gsm8k, stats
 from moegate.e2e.greedy import Completion
+from moegate.e2e.gsm8k.task import ALL_QUESTIONS
 from moegate.e2e.scoring import Composition, Scored, TokenSeq
 from moegate.serve.build import Build
 
@@ -77,8 +78,6 @@ class Options:
 
 def gsm8k_cap(opts: Options) -> int:
     """The most questions GSM8K's size rule may grow to: ``--gsm8k-cap``, else 4 x the limit, at most the test set."""
-    from moegate.e2e.gsm8k.task import ALL_QUESTIONS
-
     return min(ALL_QUESTIONS, opts.gsm8k_cap or GSM8K_CAP_FACTOR * opts.gsm8k_limit)
 
 
@@ -198,8 +197,6 @@ def write_raw(run: BuildRun, out: Path) -> None:
 def read_raw(out: Path, label: str, *, gsm8k_runs: bool = True) -> BuildRun:
     """A build's run read back from its raw files (``greedy-LABEL.json``, ``gsm8k-LABEL/`` unless ``gsm8k_runs`` is
     false: an archive without lm-eval's samples cannot be read back, and the greedy and scored rules need none)."""
-    from moegate.e2e import gsm8k
-
     raw = json.loads((out / f"greedy-{label}.json").read_text())
     build = Build(label, "(raw)", {}, tuple(raw.get("server_args", [])))
     run = BuildRun(build, info=raw["info"], start_s=raw.get("start_s"), seconds=raw.get("seconds", {}))

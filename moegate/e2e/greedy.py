@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from moegate.e2e.prompts import Prompt
@@ -123,8 +124,6 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 def tokenizer_decoder(model_dir: str) -> Decode | None:
     """Decode token ids with the model's own ``tokenizer.json`` when it and ``tokenizers`` are here."""
-    from pathlib import Path
-
     path = Path(model_dir) / "tokenizer.json"
     try:
         from tokenizers import Tokenizer

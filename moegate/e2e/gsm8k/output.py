@@ -12,6 +12,7 @@ from typing import Any
 
 from moegate.core.hashing import text_sha256
 from moegate.e2e.gsm8k.task import FILTERS, LM_EVAL_VERSION, LOCAL_TASK, Gsm8kError
+from moegate.serve import recorder
 
 
 @dataclass
@@ -162,8 +163,6 @@ def read_run(output_path: str | os.PathLike[str], task: str = LOCAL_TASK) -> Gsm
 def attach_decoded(run: Gsm8kRun, log: str | os.PathLike[str]) -> Gsm8kRun:
     """Each question's decoded token ids from a recorder's log (``moegate.serve.recorder``), where its prompt hash and
     its text match the record: lm-eval's response is the server's text unchanged, so a mismatch is left out."""
-    from moegate.serve import recorder
-
     path = Path(log)
     if not path.is_file():
         return run

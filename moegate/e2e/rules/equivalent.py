@@ -35,6 +35,7 @@ import numpy as np
 
 from moegate.e2e import stats
 from moegate.e2e.data import PR_SEQUENCE, BuildRun, ScoreData, decode_pairs
+from moegate.e2e.rules.noise import reference_max
 from moegate.e2e.verdict import GateResult
 
 ALPHA = 0.005
@@ -282,8 +283,6 @@ def decode_result(base: BuildRun, pr: BuildRun, reference: BuildRun | None, c: i
 
 
 def _reference_max(data: ScoreData, base: BuildRun, reference: BuildRun | None) -> float:
-    from moegate.e2e.rules.noise import reference_max
-
     return reference_max(data, base, reference)
 
 

@@ -19,6 +19,7 @@ from moegate.e2e import goldens
 from moegate.e2e.data import BuildRun, Options
 from moegate.e2e.goldens import device_class, flag_value
 from moegate.e2e.greedy import Completion, Decode
+from moegate.e2e.rules import greedy, gsm8k
 from moegate.e2e.verdict import GateResult
 
 
@@ -50,8 +51,6 @@ def provenance(run: BuildRun, opts: Options, in_flight: int | None) -> dict[str,
 
 def check_golden(gate: str, run: BuildRun, opts: Options, in_flight: int | None, decode: Decode | None) -> GateResult:
     """One build's records against the golden of its key (or blessed into it)."""
-    from moegate.e2e.rules import greedy, gsm8k
-
     key = golden_key(gate, run, opts, in_flight)
     name = f"{gate} golden, {run.build.label}" + (f", {in_flight} in flight" if in_flight else "")
     if gate == "greedy":

@@ -16,6 +16,7 @@ from typing import Any
 from moegate.e2e import stats
 from moegate.e2e.gsm8k.output import Gsm8kRun, scores_of
 from moegate.e2e.gsm8k.task import FILTERS, LM_EVAL_VERSION, NUM_FEWSHOT, Gsm8kError
+from moegate.e2e.rules.equivalent import gsm8k_interval
 from moegate.e2e.verdict import GateResult
 
 GATE = "gsm8k"
@@ -252,8 +253,6 @@ def gsm8k_result(
         if t.p < stats.ALPHA_GSM8K / 2:
             reasons.append(f"{f}: exact_match differs, p={t.p:.3g} < {stats.ALPHA_GSM8K / 2}")
         if promise == "equivalent":
-            from moegate.e2e.rules.equivalent import gsm8k_interval
-
             lo, hi = gsm8k_interval(*em[f], alpha=stats.ALPHA_GSM8K / 4)
             parts[-1] += f", difference in [{lo:+.3f}, {hi:+.3f}]"
             if lo <= -detect or hi >= detect:
