@@ -170,38 +170,52 @@ def rescore_gsm8k(
     if base_run.samples_path is not None and None in recorded.values():
         with open(base_run.samples_path, encoding="utf-8") as fh:
             prompts_text = {d: s["prompt"] for d, s in parse_samples(fh).items()}
-    out = []
-    for doc, ids in recorded.items():
-        if ids is not None:  # the divergence as it happened
-            context, (ctx, ra, rb) = "decoded", ids
-        elif doc not in prompts_text:
-            out.append(
-                {"doc_id": doc, "explained": False, "reason": "the prompt text is not in the base run's samples"}
-            )
-            continue
-        else:  # no record (an older run's folder): the texts re-tokenized, which can merge decoded tokens
-            context = "re-tokenized"
-            ctx = sides[0].tokenize(prompts_text[doc], True)
-            ra = sides[0].tokenize(a[doc]["response"], False)
-            rb = sides[0].tokenize(b[doc]["response"], False)
-        pos = greedy.first_divergence(ra, rb)
-        if pos is None:  # equal token for token: the texts differ only in a way the tokenizer folds
-            out.append({"doc_id": doc, "explained": True, "position": None, "context": context,
-                        "reason": f"token-identical ({context})"})  # fmt: skip
-            continue
-        prefix = ctx + ra[:pos]
-        probe = ra[pos] if pos < len(ra) else rb[pos]
-        seq = TokenSeq(f"gsm8k-{doc}", tuple(prefix + [probe]), len(prefix))
-        tops = []
-        for side in sides:
-            scored = side.score([seq], Composition("one", 1), timeout_s)[seq.seq_id]
-            tops.append(scored.top[0])
-        a_tok = ra[pos] if pos < len(ra) else tops[0][0][0]
-        b_tok = rb[pos] if pos < len(rb) else tops[1][0][0]
-        out.append({
-            "doc_id": doc, "position": pos, "context_tokens": len(ctx), "context": context,
-            "tokens": {labels[0]: a_tok, labels[1]: b_tok},
-            "ended": [lab for lab, r in zip(labels, (ra, rb), strict=True) if pos >= len(r)],
-            "top": {labels[0]: tops[0], labels[1]: tops[1]},
-        })  # fmt: skip
+    out: list[dict[str, Any]] = []
+    # One line in the leg's log: on the H200 rehearsal (results/gate-rehearsal-h200.md) this step, silent until then,
+    # held a same-build e2e leg past its measurement by more than 150 s (93 differing responses).
+    with progress.stage(f"GSM8K re-scoring: {len(recorded)} differing responses", len(recorded), prefix="e2e") as bar:
+        for doc, ids in recorded.items():
+            out.append(_rescore_one(doc, ids, sides, labels, a, b, prompts_text, timeout_s))
+            bar.advance()
     return out
+
+
+def _rescore_one(
+    doc: int,
+    ids: tuple[list[int], list[int], list[int]] | None,
+    sides: Sequence[_Side],
+    labels: tuple[str, str],
+    a: dict[int, Any],
+    b: dict[int, Any],
+    prompts_text: dict[int, str],
+    timeout_s: float,
+) -> dict[str, Any]:
+    """One differing GSM8K response: its first divergent token scored by both servers."""
+    if ids is not None:  # the divergence as it happened
+        context, (ctx, ra, rb) = "decoded", ids
+    elif doc not in prompts_text:
+        return {"doc_id": doc, "explained": False, "reason": "the prompt text is not in the base run's samples"}
+    else:  # no record (an older run's folder): the texts re-tokenized, which can merge decoded tokens
+        context = "re-tokenized"
+        ctx = sides[0].tokenize(prompts_text[doc], True)
+        ra = sides[0].tokenize(a[doc]["response"], False)
+        rb = sides[0].tokenize(b[doc]["response"], False)
+    pos = greedy.first_divergence(ra, rb)
+    if pos is None:  # equal token for token: the texts differ only in a way the tokenizer folds
+        return {"doc_id": doc, "explained": True, "position": None, "context": context,
+                "reason": f"token-identical ({context})"}  # fmt: skip
+    prefix = ctx + ra[:pos]
+    probe = ra[pos] if pos < len(ra) else rb[pos]
+    seq = TokenSeq(f"gsm8k-{doc}", tuple(prefix + [probe]), len(prefix))
+    tops = []
+    for side in sides:
+        scored = side.score([seq], Composition("one", 1), timeout_s)[seq.seq_id]
+        tops.append(scored.top[0])
+    a_tok = ra[pos] if pos < len(ra) else tops[0][0][0]
+    b_tok = rb[pos] if pos < len(rb) else tops[1][0][0]
+    return {
+        "doc_id": doc, "position": pos, "context_tokens": len(ctx), "context": context,
+        "tokens": {labels[0]: a_tok, labels[1]: b_tok},
+        "ended": [lab for lab, r in zip(labels, (ra, rb), strict=True) if pos >= len(r)],
+        "top": {labels[0]: tops[0], labels[1]: tops[1]},
+    }  # fmt: skip
