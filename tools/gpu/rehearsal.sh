@@ -7,8 +7,8 @@
 # carried (gsm8k/ from ../shared/data/gsm8k, prompts.jsonl from `python -m moegate.e2e prompts --export`).
 # One step per device call; each writes $OUT/STEP.tgz (logs, reports, walls) and prints every leg's verdict lines:
 #
-#   prepare  the builds (dev1, dev2, dev2 with BUG planted, a driver) and the random tiny model: about 60 s; rides
-#            along with the last install call (the steps below make whatever is missing themselves)
+#   prepare  the builds (dev1, dev2, dev2 with BUG planted, a driver) and the random tiny model: 12-25 s on the H200,
+#            in a call of its own (the steps below make whatever is missing themselves)
 #   same     dev1 against dev2, the same code: the gpu job's first preflight (driver, disk) and its GPU preflight
 #            (for every leg below at once), then side by side on the one GPU: kernels (the ci profile, at least 40
 #            kernel tests), e2e on the random model, e2e on the trained one. About 480-540 s. Expected: every leg
@@ -30,10 +30,20 @@
 # (the A/B resumes its run, any other leg starts over). The script exits 0; each leg's exit status is in the output
 # and in STEP/walls.txt. The long pole of `same` and `planted` is the kernels leg: the kernel tier at the ci profile
 # (238-279 s on the H200, results/kernels-systematic.md) with offload truth's engines (1-3 min) after the dispatch
-# tier; run `prepare` with the last install call so that the legs get the whole budget.
+# tier; run `prepare` in a call of its own after the installs (the last install part and .gpu/data together exceed a
+# call's 64 MiB).
+#
+# Legs longer than a call (measured 2026-12-02, results/gate-rehearsal-h200.md: side by side, the kernels leg and
+# both e2e legs ran past 540 s): run the step in the background, where it outlives the call while the machine stays
+# warm, and collect it in the calls after, back to back (each waits at most WAIT_S, default 570):
+#
+#   start STEP   copy the checkout to $R/tree and $DATA to $R/data (the next call's copy of the tree must not change
+#                files under a running leg), then run STEP there with BUDGET_S=${BG_BUDGET_S:-1500}, in a session of
+#                its own; returns at once
+#   wait STEP    wait until STEP ends or WAIT_S pass; then its log so far, and once it has ended, $OUT/STEP.tgz
 set -uo pipefail
 : "${OUT:?run on the device: \$OUT is where results go}"
-step=${1:?usage: rehearsal.sh prepare|same|ab|planted}
+step=${1:?usage: rehearsal.sh prepare|same|ab|planted|start STEP|wait STEP}
 SITE=${SITE:-$HOME/vllm-site} EVAL_SITE=${EVAL_SITE:-$HOME/eval-site} DATA=${DATA:-$PWD/.gpu/data}
 BUG=${BUG:-expert=0:1} BUDGET_S=${BUDGET_S:-560} MIN_KERNEL_TESTS=${MIN_KERNEL_TESTS:-40} STAGGER_S=${STAGGER_S:-5}
 R=${REHEARSAL_DIR:-$HOME/rehearsal}
@@ -130,7 +140,34 @@ legs() {  # DIR BUILDS: preflight for the three legs at once, then kernels, e2e 
   wait
 }
 
+background() {  # start|wait STEP
+  local what=$1 s=${2:-} bg=$R/bg end
+  case $s in same | ab | planted) ;; *) echo "rehearsal.sh $what: STEP is same, ab or planted, not '$s'" >&2; return 2 ;; esac
+  mkdir -p "$bg"
+  if [ "$what" = start ]; then
+    rm -rf "$R/tree" "$R/data" "$bg/$s.log" "$bg/$s.done" "$bg/$s.tgz"
+    mkdir -p "$R/tree"
+    tar -cf - --exclude=./.git --exclude=./.nox --exclude=./.gpu . | tar -xf - -C "$R/tree" || return 1
+    cp -a "$DATA" "$R/data" || return 1  # a later call that does not carry .gpu/data removes it from the checkout
+    (cd "$R/tree" && OUT=$bg DATA=$R/data BUDGET_S=${BG_BUDGET_S:-1500} setsid nohup bash -c \
+      'bash tools/gpu/rehearsal.sh "$1" >"$2/$1.log" 2>&1; echo $? >"$2/$1.done"' _ "$s" "$bg" </dev/null >/dev/null 2>&1 &)
+    echo "$s: started in the background from $R/tree (BUDGET_S ${BG_BUDGET_S:-1500}); collect with: rehearsal.sh wait $s"
+    return 0
+  fi
+  end=$((SECONDS + ${WAIT_S:-570}))
+  while [ ! -f "$bg/$s.done" ] && [ "$SECONDS" -lt "$end" ]; do sleep 2; done
+  cat "$bg/$s.log" 2>/dev/null
+  if [ -f "$bg/$s.done" ]; then
+    cp "$bg/$s.tgz" "$OUT/" 2>/dev/null
+    echo "$s: ended (exit $(cat "$bg/$s.done")); $OUT/$s.tgz"
+  else
+    echo "$s: still running after ${WAIT_S:-570} s; call wait again"
+  fi
+}
+
 case $step in
+start | wait)
+  background "$step" "${2:-}"; exit $? ;;
 prepare)
   prepare ;;
 same)

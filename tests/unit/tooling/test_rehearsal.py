@@ -60,7 +60,7 @@ elif args[:1] == ["-c"]:
 Rehearsed = tuple[list[list[str]], Path, subprocess.CompletedProcess[str]]
 
 
-def _rehearse(tmp_path: Path, step: str) -> Rehearsed:
+def _rehearse(tmp_path: Path, *step: str, extra_env: dict[str, str] | None = None) -> Rehearsed:
     home, out, shim = tmp_path / "home", tmp_path / "out", tmp_path / "bin"
     data = tmp_path / "data"
     for d in (home / "vllm-site", home / "eval-site", out, shim, data):
@@ -75,10 +75,10 @@ def _rehearse(tmp_path: Path, step: str) -> Rehearsed:
     env = {
         **{k: v for k, v in os.environ.items() if k != "MOEGATE_GSM8K_DIR"},
         "HOME": str(home), "OUT": str(out), "DATA": str(data), "SHIM_LOG": str(log), "SHIM": str(shim / "python3"),
-        "PATH": f"{shim}:{os.environ['PATH']}", "STAGGER_S": "0",
+        "PATH": f"{shim}:{os.environ['PATH']}", "STAGGER_S": "0", **(extra_env or {}),
     }  # fmt: skip
     proc = subprocess.run(
-        ["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+        ["bash", str(SCRIPT), *step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
     )
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return calls, home / "rehearsal", proc
@@ -205,3 +205,25 @@ def test_a_leg_that_finished_is_not_run_again_when_its_step_is_called_again_and_
     (rehearsal / "same" / "kernels.wall").write_text("exit 124 wall_s 540 (cut by BUDGET_S)\n")
     calls, _, cut = _rehearse(rehearsal.parent.parent, "same")
     assert [leg[0] for leg in _legs(calls)] == ["kernels"] and "kernels: exit 0" in cut.stdout  # only the cut leg
+
+
+def test_a_step_started_in_the_background_outlives_its_call_and_wait_collects_its_archive(tmp_path):
+    """``start same`` returns at once; the step runs from a copy of the checkout; ``wait same`` hands back its archive."""
+    _, rehearsal, proc = _rehearse(tmp_path, "start", "same")
+    assert proc.returncode == 0, proc.stderr
+    assert "same: started in the background" in proc.stdout
+    tree = rehearsal / "tree"
+    assert (tree / "tools" / "gpu" / "rehearsal.sh").is_file() and not (tree / ".git").exists()
+    assert (rehearsal / "data" / "prompts.jsonl").is_file()
+    _, rehearsal, proc = _rehearse(tmp_path, "wait", "same", extra_env={"WAIT_S": "100"})
+    assert proc.returncode == 0, proc.stderr
+    assert "same: ended (exit 0)" in proc.stdout, proc.stdout[-2000:]
+    assert (tmp_path / "out" / "same.tgz").is_file()
+    kernels = _leg_command(rehearsal, "same", "kernels")
+    assert kernels[0] == str(rehearsal / "dev2" / "bin" / "python")  # the leg ran, from the tree's copy
+
+
+def test_start_and_wait_refuse_a_step_they_do_not_know_in_one_line(tmp_path):
+    _, _, proc = _rehearse(tmp_path, "start", "kernels")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "rehearsal.sh start: STEP is same, ab or planted, not 'kernels'"
