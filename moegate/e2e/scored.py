@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from moegate.core import progress
@@ -207,10 +208,18 @@ def _rescore_one(
     prefix = ctx + ra[:pos]
     probe = ra[pos] if pos < len(ra) else rb[pos]
     seq = TokenSeq(f"gsm8k-{doc}", tuple(prefix + [probe]), len(prefix))
-    tops = []
-    for side in sides:
-        scored = side.score([seq], Composition("one", 1), timeout_s)[seq.seq_id]
-        tops.append(scored.top[0])
+
+    # Each server gets one request at a time (the composition the rule was calibrated on); two servers are asked at
+    # once, so the step waits for the slower of them instead of both in turn. One server behind both sides is asked
+    # in turn: two requests at once would batch together and change its numbers.
+    def top(side: _Side) -> list[tuple[int, float]]:
+        return side.score([seq], Composition("one", 1), timeout_s)[seq.seq_id].top[0]
+
+    if len({side.srv.url for side in sides}) == len(sides):
+        with ThreadPoolExecutor(len(sides)) as pool:
+            tops = list(pool.map(top, sides))
+    else:
+        tops = [top(side) for side in sides]
     a_tok = ra[pos] if pos < len(ra) else tops[0][0][0]
     b_tok = rb[pos] if pos < len(rb) else tops[1][0][0]
     return {

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -158,9 +160,37 @@ def test_a_gsm8k_divergence_is_found_and_scored_on_the_decoded_ids(monkeypatch):
     base, pr = _run({7: ("p", "43 apples")}), _run({7: ("p", "43 pears")})
     base.decoded[7] = {"prompt_ids": [9, 9], "ids": [52, 51, 1]}
     pr.decoded[7] = {"prompt_ids": [9, 9], "ids": [4351, 2]}
-    (d,) = scored.rescore_gsm8k([object(), object()], ("base", "pr"), base, pr)
+    servers = [SimpleNamespace(url="http://127.0.0.1:1"), SimpleNamespace(url="http://127.0.0.1:2")]
+    (d,) = scored.rescore_gsm8k(servers, ("base", "pr"), base, pr)
     assert d["context"] == "decoded" and d["position"] == 0 and d["tokens"] == {"base": 52, "pr": 4351}
     assert asked == [(9, 9, 52), (9, 9, 52)]  # both servers score the same decoded context
+
+
+@pytest.mark.parametrize(("urls", "at_once"), [(("http://a", "http://b"), 2), (("http://a", "http://a"), 1)],
+                         ids=["two servers: asked at once", "one server behind both sides: asked in turn"])  # fmt: skip
+def test_the_re_scoring_asks_two_servers_at_once_and_one_server_one_request_at_a_time(monkeypatch, urls, at_once):
+    """Each server sees one scoring request at a time (two at once would batch together and change its numbers)."""
+    active, most = [0], [0]
+    lock = threading.Lock()
+
+    def score(self, seqs, comp, timeout_s):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(0.2)
+        with lock:
+            active[0] -= 1
+        (seq,) = seqs
+        return {seq.seq_id: Scored(seq.seq_id, [-0.1], [1], [[(52, -0.1)]])}
+
+    monkeypatch.setattr(scored._Side, "score", score)
+    base, pr = _run({7: ("p", "a"), 8: ("p", "b")}), _run({7: ("p", "c"), 8: ("p", "d")})
+    for run, ids in ((base, [52]), (pr, [53])):
+        for doc in (7, 8):
+            run.decoded[doc] = {"prompt_ids": [9], "ids": ids}
+    out = scored.rescore_gsm8k([SimpleNamespace(url=u) for u in urls], ("base", "pr"), base, pr)
+    assert [d["doc_id"] for d in out] == [7, 8]
+    assert most[0] == at_once
 
 
 def test_the_log_is_new_for_each_recorder(upstream, tmp_path):
