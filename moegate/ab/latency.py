@@ -17,7 +17,6 @@ by n, so it is scaled by ``sqrt(n / (n - 1))``).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -105,19 +104,11 @@ def start_decode(run: Run, folder: str | Path) -> dict[tuple[int, int], StartDec
     time; a run whose JSON is missing, or has neither form of the figure, is left out (its level then has
     one start fewer, which the verdict counts)."""
     out: dict[tuple[int, int], StartDecode] = {}
-    for s in run.starts:
-        if s.status != "ok":
-            continue
-        for c in run.plan["concurrency"]:
-            path = Path(folder) / s.folder / f"measured-c{c}.json"
-            try:
-                raw = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            got = from_result(raw, str(path))
-            if got is not None:
-                median, n, sd, source, residuals = got
-                out[(s.index, c)] = StartDecode(s.index, s.role, c, median, n, sd, source, residuals)
+    for s, c, raw in run.measured_results(folder):
+        got = from_result(raw, str(Path(folder) / s.folder / f"measured-c{c}.json"))
+        if got is not None:
+            median, n, sd, source, residuals = got
+            out[(s.index, c)] = StartDecode(s.index, s.role, c, median, n, sd, source, residuals)
     return out
 
 

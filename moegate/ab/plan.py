@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -210,6 +210,21 @@ class Run:
                 for c, v in s.measured.items():
                     out.setdefault(c, []).append(v)
         return out
+
+    def measured_results(self, folder: str | Path) -> Iterator[tuple[StartRecord, int, dict]]:
+        """``(start, concurrency, vLLM's result dict)`` for each good start's measured run at each level, read from
+        ``measured-c<c>.json`` in the run's ``folder``; a file that is missing or not JSON is left out (its level
+        then has one start fewer, which each reader counts)."""
+        for s in self.starts:
+            if s.status != "ok":
+                continue
+            for c in self.plan["concurrency"]:
+                try:
+                    raw = json.loads((Path(folder) / s.folder / f"measured-c{c}.json").read_text())
+                except (OSError, ValueError):
+                    continue
+                if isinstance(raw, dict):
+                    yield s, c, raw
 
     def to_json(self) -> dict:
         return asdict(self)

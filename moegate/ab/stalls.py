@@ -18,7 +18,6 @@ Two flags, each on the run's own first-token times (``ttft``, ms):
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,16 +33,11 @@ def result_stats(run: Run, folder: str | Path, keys: tuple[str, ...]) -> dict[tu
     the runs whose JSON has every one of ``keys`` as a number; other runs are left out, so a report of a
     run written before vLLM kept a statistic still renders."""
     stats: dict[tuple[int, int], dict[str, float]] = {}
-    for s in run.starts:
-        if s.status != "ok":
+    for s, c, raw in run.measured_results(folder):
+        try:
+            stats[(s.index, c)] = {k: float(raw[k]) for k in keys}
+        except (ValueError, KeyError, TypeError):
             continue
-        for c in run.plan["concurrency"]:
-            path = Path(folder) / s.folder / f"measured-c{c}.json"
-            try:
-                raw = json.loads(path.read_text())
-                stats[(s.index, c)] = {k: float(raw[k]) for k in keys}
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
     return stats
 
 

@@ -42,7 +42,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +49,7 @@ from typing import Any
 
 import torch
 
+from moegate.core.folders import replacing
 from moegate.model import quant_formats as qf
 from moegate.model.tiny_spec import BUILD_INFO
 
@@ -343,10 +343,7 @@ def quantize_checkpoint(
     layers = int(config["num_hidden_layers"])
     new_config = {**config, "quantization_config": chosen.config(layers)}
     skip = {"config.json", WEIGHTS, WEIGHTS_INDEX, BUILD_INFO} | {f.name for f in weight_files(src_dir)}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    old = None
-    try:
+    with replacing(out) as tmp:
         for f in sorted(src_dir.iterdir()):
             if f.is_file() and f.name not in skip:
                 shutil.copy2(f, tmp / f.name)
@@ -360,18 +357,6 @@ def quantize_checkpoint(
             "source_weights_sha256": {f.name: _sha256(f) for f in weight_files(src_dir)},
         }
         _carry_record(src_dir, tmp, record)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not out.exists():
-            old.rename(out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     return out
 
 

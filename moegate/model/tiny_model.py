@@ -36,12 +36,11 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from moegate.core.folders import replacing
 from moegate.core.hashing import sha256_file
 from moegate.model import router_fit, text_routing
 from moegate.model.checkpoint import load_tokenizer, make_model
@@ -153,10 +152,7 @@ def build(
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; pass overwrite=True (or --overwrite) to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    old = None
-    try:
+    with replacing(out) as tmp:
         extra: dict[str, Any] = {"preset": preset}
         if data is not None:  # first: a text-routing fit reads it
             extra["tokenizer"] = _write_tokenizer(tmp, spec, data)
@@ -164,18 +160,6 @@ def build(
         if recipe is not None and data is not None:
             extra["training"] = train_checkpoint(tmp, spec, recipe, data, device=device)
         _record_hashes(tmp, extra)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not out.exists():
-            old.rename(out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     return out
 
 

@@ -207,6 +207,16 @@ def _top1(weights: Any, factor: float) -> Any:
     return out
 
 
+def _scale_top1_in_region(a: Any, factor: float, host: bool) -> None:
+    """In a call's bound arguments ``a``: the top-1 router weight x ``factor`` where the call lies in the naive
+    region (and, with ``host``, its expert weights are host-resident)."""
+    ids = a["topk_ids"]
+    experts = int(a.get("global_num_experts") or -1)
+    experts = experts if experts > 0 else int(a["w1"].shape[0])
+    if (not host or _host_resident(a["w1"], a["w2"])) and _region(ids.shape[1], experts, ids.shape[0]):
+        a["topk_weights"] = _top1(a["topk_weights"], factor)
+
+
 def _naive_host_top1(module: Any) -> str:
     factor = float(CONFIG["factor"])
     host = CONFIG["kind"] == "naive-host-top1"
@@ -221,12 +231,7 @@ def _naive_host_top1(module: Any) -> str:
 
         def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
             bound = sig.bind(self, *args, **kwargs)
-            a = bound.arguments
-            ids = a["topk_ids"]
-            experts = int(a.get("global_num_experts") or -1)
-            experts = experts if experts > 0 else int(a["w1"].shape[0])
-            if (not host or _host_resident(a["w1"], a["w2"])) and _region(ids.shape[1], experts, ids.shape[0]):
-                a["topk_weights"] = _top1(a["topk_weights"], factor)
+            _scale_top1_in_region(bound.arguments, factor, host)
             return original(*bound.args, **bound.kwargs)
 
         setattr(apply, MARK, True)
@@ -239,12 +244,7 @@ def _naive_host_top1(module: Any) -> str:
 
     def fused_experts(*args: Any, **kwargs: Any) -> Any:
         bound = sig.bind(*args, **kwargs)
-        a = bound.arguments
-        ids = a["topk_ids"]
-        experts = int(a.get("global_num_experts") or -1)
-        experts = experts if experts > 0 else int(a["w1"].shape[0])
-        if (not host or _host_resident(a["w1"], a["w2"])) and _region(ids.shape[1], experts, ids.shape[0]):
-            a["topk_weights"] = _top1(a["topk_weights"], factor)
+        _scale_top1_in_region(bound.arguments, factor, host)
         return original(*bound.args, **bound.kwargs)
 
     setattr(fused_experts, MARK, True)
