@@ -66,7 +66,8 @@ AB_OPTIONS = (
 """One look at 3 starts a build (6 server starts), three levels: single-request decode, a small batch, a full one.
 What fits the 20-minute verdict beside the other legs (a start of the tiny model with graphs on: about 1.5 minutes);
 3 starts a build resolve a 5 % change where the start-to-start spread is under 0.77 % (docs/ab.md); a smaller change,
-or a noisier runner, reads *unresolved*, which passes."""
+or a noisier runner, reads *unresolved*, which passes. On the H200 the random tiny model's spread with graphs was
+9.6-16.4 % (results/ab-decode-spread.md): there this leg catches only gross regressions."""
 DEFAULT_GATE_THRESHOLD = 0.03
 
 
