@@ -154,6 +154,7 @@ background() {  # start|wait STEP
     echo "$s: started in the background from $R/tree (BUDGET_S ${BG_BUDGET_S:-1500}); collect with: rehearsal.sh wait $s"
     return 0
   fi
+  [ -f "$bg/$s.log" ] || { echo "rehearsal.sh wait: $s was not started here (rehearsal.sh start $s)" >&2; return 2; }
   end=$((SECONDS + ${WAIT_S:-570}))
   while [ ! -f "$bg/$s.done" ] && [ "$SECONDS" -lt "$end" ]; do sleep 2; done
   cat "$bg/$s.log" 2>/dev/null

@@ -227,3 +227,9 @@ def test_start_and_wait_refuse_a_step_they_do_not_know_in_one_line(tmp_path):
     _, _, proc = _rehearse(tmp_path, "start", "kernels")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "rehearsal.sh start: STEP is same, ab or planted, not 'kernels'"
+
+
+def test_waiting_for_a_step_never_started_is_one_line_at_once(tmp_path):
+    _, _, proc = _rehearse(tmp_path, "wait", "planted", extra_env={"WAIT_S": "100"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "rehearsal.sh wait: planted was not started here (rehearsal.sh start planted)"
