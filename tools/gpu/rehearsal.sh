@@ -147,7 +147,10 @@ background() {  # start|wait STEP
   if [ "$what" = start ]; then
     rm -rf "$R/tree" "$R/data" "$bg/$s.log" "$bg/$s.done" "$bg/$s.tgz"
     mkdir -p "$R/tree"
-    tar -cf - --exclude=./.git --exclude=./.nox --exclude=./.gpu . | tar -xf - -C "$R/tree" || return 1
+    # a file another job changes while it is read makes tar exit 1 (reports/, written by the smokes, left out):
+    # the copy is judged by what arrived
+    tar -cf - --exclude=./.git --exclude=./.nox --exclude=./.gpu --exclude=./reports . 2>/dev/null | tar -xf - -C "$R/tree"
+    [ -f "$R/tree/tools/gpu/rehearsal.sh" ] || { echo "rehearsal.sh start: the checkout did not copy to $R/tree" >&2; return 1; }
     cp -a "$DATA" "$R/data" || return 1  # a later call that does not carry .gpu/data removes it from the checkout
     (cd "$R/tree" && OUT=$bg DATA=$R/data BUDGET_S=${BG_BUDGET_S:-1500} setsid nohup bash -c \
       'bash tools/gpu/rehearsal.sh "$1" >"$2/$1.log" 2>&1; echo $? >"$2/$1.done"' _ "$s" "$bg" </dev/null >/dev/null 2>&1 &)
