@@ -26,9 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = '{"num_tokens": 1, "top_k": 1, "num_experts": 8}'
-SUBCOMMANDS = ("gate", "e2e", "ab", "sweep", "preflight", "fetch-gsm8k", "power")
+SUBCOMMANDS = ("gate", "e2e", "ab", "sweep", "preflight", "fetch-gsm8k", "power", "census")
 """The front door's subcommands whose ``--help`` is checked, through the installed script (``repro`` and ``spec`` run
-for real below; the census's hook waits for the census); ``python -m moegate.e2e`` is the same ``main``."""
+for real below); ``python -m moegate.e2e`` is the same ``main``."""
 MODULES = (
     "moegate",
     "moegate.model.tiny_model",
