@@ -174,9 +174,16 @@ def rescore_gsm8k(
     out: list[dict[str, Any]] = []
     # One line in the leg's log: on the H200 rehearsal (results/gate-rehearsal-h200.md) this step, silent until then,
     # held a same-build e2e leg past its measurement by more than 150 s (93 differing responses).
-    with progress.stage(f"GSM8K re-scoring: {len(recorded)} differing responses", len(recorded), prefix="e2e") as bar:
+    # Each server gets one request at a time (the composition the rule was calibrated on); two servers are asked at
+    # once, so the step waits for the slower of them instead of both in turn. One server behind both sides is asked
+    # in turn: two requests at once would batch together and change its numbers.
+    at_once = len({side.srv.url for side in sides}) == len(sides)
+    with (
+        ThreadPoolExecutor(len(sides) if at_once else 1) as pool,
+        progress.stage(f"GSM8K re-scoring: {len(recorded)} differing responses", len(recorded), prefix="e2e") as bar,
+    ):
         for doc, ids in recorded.items():
-            out.append(_rescore_one(doc, ids, sides, labels, a, b, prompts_text, timeout_s))
+            out.append(_rescore_one(doc, ids, sides, labels, a, b, prompts_text, timeout_s, pool))
             bar.advance()
     return out
 
@@ -190,8 +197,10 @@ def _rescore_one(
     b: dict[int, Any],
     prompts_text: dict[int, str],
     timeout_s: float,
+    pool: ThreadPoolExecutor,
 ) -> dict[str, Any]:
-    """One differing GSM8K response: its first divergent token scored by both servers."""
+    """One differing GSM8K response: its first divergent token scored by both servers, through ``pool`` (as many
+    workers as servers asked at once)."""
     if ids is not None:  # the divergence as it happened
         context, (ctx, ra, rb) = "decoded", ids
     elif doc not in prompts_text:
@@ -209,17 +218,10 @@ def _rescore_one(
     probe = ra[pos] if pos < len(ra) else rb[pos]
     seq = TokenSeq(f"gsm8k-{doc}", tuple(prefix + [probe]), len(prefix))
 
-    # Each server gets one request at a time (the composition the rule was calibrated on); two servers are asked at
-    # once, so the step waits for the slower of them instead of both in turn. One server behind both sides is asked
-    # in turn: two requests at once would batch together and change its numbers.
     def top(side: _Side) -> list[tuple[int, float]]:
         return side.score([seq], Composition("one", 1), timeout_s)[seq.seq_id].top[0]
 
-    if len({side.srv.url for side in sides}) == len(sides):
-        with ThreadPoolExecutor(len(sides)) as pool:
-            tops = list(pool.map(top, sides))
-    else:
-        tops = [top(side) for side in sides]
+    tops = list(pool.map(top, sides))
     a_tok = ra[pos] if pos < len(ra) else tops[0][0][0]
     b_tok = rb[pos] if pos < len(rb) else tops[1][0][0]
     return {
