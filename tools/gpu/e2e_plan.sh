@@ -38,7 +38,8 @@
 # byte-identity verdicts, plans/byte-identity.plan).
 #
 # Resumable per pair: a pair whose wall.txt says exit 0 or 1 (a verdict) is not run again; run the same plan
-# again in the next call to finish the rest. Launches are STAGGER_S apart; every pair is stopped by BUDGET_S
+# again in the next call to finish the rest (the machine keeps $HOME only while warm: issue the plan's calls in one
+# batch, back to back). Launches are STAGGER_S apart; every pair is stopped by BUDGET_S
 # after the first (the call's limit is 600 s). Writes $OUT/PLAN.tar.xz (each pair's folder: driver log, e2e.md,
 # scores.json, gate JSONs, server logs, wall.txt, both promises' pages) and prints each pair's verdicts.
 set -u
@@ -50,6 +51,12 @@ ROOT=$PWD DATA=${DATA:-$PWD/.gpu/g18/data}
 PROMPTS=${PROMPTS:-64} TOKENS=${TOKENS:-128} UTIL=${UTIL:-0.04} KV=${KV:-1073741824}
 STAGGER_S=${STAGGER_S:-3} BUDGET_S=${BUDGET_S:-540} GSM8K_ARGS=${GSM8K_ARGS:-"--gsm8k-limit 250 --gsm8k-cap 250 --no-gsm8k-repeat"}
 t0=$(date +%s)
+# A call cut by its limit leaves its servers running (each in its own process group, out of `timeout`'s reach):
+# on 2026-12-02 call B of the panel started beside call A's 17 GB of orphans. A pair not finished is run again from
+# scratch, so nothing of theirs is wanted.
+pkill -TERM -f "vllm.entrypoints.openai.api_server|moegate.e2e run|tools.gpu.e2e_serve" 2>/dev/null && sleep 5
+pkill -KILL -f "vllm.entrypoints.openai.api_server|moegate.e2e run|tools.gpu.e2e_serve" 2>/dev/null
+mkdir -p "$OUT/$name"
 mkdir -p "$HOME/builds" "$HOME/e2e/$name" "$HOME/e2e-models"
 
 build() {  # build token -> its interpreter (made once per machine)
@@ -145,11 +152,17 @@ while read -r label model base pr gates promise; do
   rm -rf "$out"; mkdir -p "$out"
   extra=(); [[ $gates == *gsm8k* ]] && extra=(--gsm8k-dir "$DATA/gsm8k" --eval-python "$DRIVER" $GSM8K_ARGS)
   for side in base pr; do tok=$base; [ $side = pr ] && tok=$pr; e=$(envs "$tok"); [ -n "$e" ] && extra+=("--$side-env=$e"); done
-  left=$(( t0 + BUDGET_S - $(date +%s) ))
   (
     s=$(date +%s%N)
     f=${refurl[$model]:-}; w=0
     while [ -n "$f" ] && [ ! -s "$f" ] && [ $w -lt 400 ]; do sleep 2; w=$((w + 2)); done
+    # the budget left once the reference is up (2026-12-02: counted before this wait, it let pairs run up to
+    # 400 s past BUDGET_S, and the call was cut before it printed or archived anything)
+    left=$(( t0 + BUDGET_S - $(date +%s) ))
+    if [ "$left" -lt 60 ]; then
+      echo "exit 124 wall_ms 0 not started: ${left} s of the budget left after the reference (${w} s)" >"$out/wall.txt"
+      exit 0
+    fi
     ref=(--reference "$REF"); [ -n "$f" ] && [ -s "$f" ] && ref+=(--reference-url "$(cat "$f")")
     timeout -k 20 "$left" "$DRIVER" -m moegate.e2e run --base="$bpy" --pr="$ppy" --base-label=base --pr-label=pr \
       --base-args="$(flags "$base")" --pr-args="$(flags "$pr")" --model="$dir" --gates="$gates" \
@@ -161,11 +174,15 @@ while read -r label model base pr gates promise; do
     echo "exit $rc wall_ms $(( ($(date +%s%N) - s) / 1000000 )) base $base pr $pr model $model gates $gates promise ${promise:-identical}" >"$out/wall.txt"
     if [ $rc -le 1 ]; then  # the other promise, from the same raw folder
       other=equivalent; [ "${promise:-identical}" = equivalent ] && other=identical
-      "$DRIVER" -m moegate.e2e compare --raw "$out/run" --base base --pr pr --model "$dir" --gates "$gates" \
+      timeout -k 5 $(( t0 + BUDGET_S + 20 - $(date +%s) )) "$DRIVER" -m moegate.e2e compare --raw "$out/run" --base base --pr pr --model "$dir" --gates "$gates" \
         --promise "$other" --server-args "$ARGS" --max-tokens "$TOKENS" --golden-dir "$out/golden" \
         --report "$out/e2e-$other.md" >"$out/compare-$other.log" 2>&1
       echo "$other exit $?" >>"$out/wall.txt"
     fi
+    # what a cut call still brings back: the pair's line now, its small files (no server weights, no goldens)
+    echo "pair $label: $(tr '\n' ' ' <"$out/wall.txt")"
+    tar -C "$HOME/e2e/$name" --exclude=hf_datasets_cache --exclude=reference-build --exclude=golden \
+      -cJf "$OUT/$name/$label.tar.xz" "$label" 2>/dev/null
   ) &
   pairs+=($!)
   labels+=("$label")
@@ -173,7 +190,11 @@ while read -r label model base pr gates promise; do
 done <"$plan"
 [ ${#pairs[@]} -gt 0 ] && wait "${pairs[@]}"
 for pid in "${refpid[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-wait
+for _ in $(seq 15); do  # the references stop their servers on TERM; a bounded wait, then KILL
+  alive=0; for pid in "${refpid[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+  [ $alive = 0 ] && break; sleep 1
+done
+for pid in "${refpid[@]}"; do kill -KILL "$pid" 2>/dev/null; done
 echo "plan $name: ${#labels[@]} pairs in $(( $(date +%s) - t0 )) s"
 for label in "${labels[@]}"; do
   d=$HOME/e2e/$name/$label
