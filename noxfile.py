@@ -65,7 +65,7 @@ def unit(session: nox.Session, version: str) -> None:
     """Unit tier (no vLLM, no GPU) on each Python pyproject's classifiers name (`-s "unit(3.12)"`: one); args to pytest.
 
     The test command (`nox -s tests`) runs it on the newest of them only: on 2 cores a second full run cost 238 s of
-    the 735 s wall (results/ci-time.md), and the oldest Python still type-checks the tree (`lint`) and drives both
+    the 735 s wall (results/ci-time.md), and the oldest Python still type-checks the tree (`lint`) and drives the
     smokes. `nox -s unit` runs every version, as the hosted `unit` job does (.github/workflows/gate.yml)."""
     py = envs.unit_python(session, version)
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the bad-input tests call `nox` itself

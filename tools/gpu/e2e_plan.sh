@@ -40,8 +40,9 @@
 # Resumable per pair: a pair whose wall.txt says exit 0 or 1 (a verdict) is not run again; run the same plan
 # again in the next call to finish the rest (the machine keeps $HOME only while warm: issue the plan's calls in one
 # batch, back to back). Launches are STAGGER_S apart; every pair is stopped by BUDGET_S
-# after the first (the call's limit is 600 s). Writes $OUT/PLAN.tar.xz (each pair's folder: driver log, e2e.md,
-# scores.json, gate JSONs, server logs, wall.txt, both promises' pages) and prints each pair's verdicts.
+# after the first (the call's limit is 600 s). Each pair, as it ends, prints its line and writes
+# $OUT/PLAN/LABEL.tar.xz; at the end $OUT/PLAN.tar.xz (each pair's folder: driver log, e2e.md, scores.json, gate
+# JSONs, server logs, wall.txt, both promises' pages) and each pair's verdicts.
 set -u
 : "${OUT:?run on the device: \$OUT is where results go}"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
@@ -53,9 +54,10 @@ STAGGER_S=${STAGGER_S:-3} BUDGET_S=${BUDGET_S:-540} GSM8K_ARGS=${GSM8K_ARGS:-"--
 t0=$(date +%s)
 # A call cut by its limit leaves its servers running (each in its own process group, out of `timeout`'s reach):
 # on 2026-12-02 call B of the panel started beside call A's 17 GB of orphans. A pair not finished is run again from
-# scratch, so nothing of theirs is wanted.
-pkill -TERM -f "vllm.entrypoints.openai.api_server|moegate.e2e run|tools.gpu.e2e_serve" 2>/dev/null && sleep 5
-pkill -KILL -f "vllm.entrypoints.openai.api_server|moegate.e2e run|tools.gpu.e2e_serve" 2>/dev/null
+# scratch, so nothing of theirs is wanted. Only this script's processes: every one runs an interpreter under
+# $HOME/builds (drivers, references, servers and their engines), so a CPU rehearsal leaves other servers alone.
+pkill -TERM -f "^$HOME/builds/" 2>/dev/null && sleep 5
+pkill -KILL -f "^$HOME/builds/" 2>/dev/null
 mkdir -p "$OUT/$name"
 mkdir -p "$HOME/builds" "$HOME/e2e/$name" "$HOME/e2e-models"
 
