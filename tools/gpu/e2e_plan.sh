@@ -4,8 +4,9 @@
 # GSM8K where asked; both promises of docs/e2e-rules.md judged from the pair's one run). From the checkout root on
 # the device, after the installs of tools/gpu/README.md ($HOME/vllm-site, $HOME/eval-site, optionally $HOME/vllm032):
 #
-#   bash tools/gpu/e2e_plan.sh PLANFILE        # e.g. tools/gpu/plans/promises-a.plan
+#   bash tools/gpu/e2e_plan.sh PLANFILE...     # e.g. tools/gpu/plans/promises-a.plan
 #
+# Several plans are one list, in the order given, named after them joined by '+' (promises-a+promises-b).
 # A plan line: LABEL MODEL BASE PR GATES [PROMISE]
 #   MODEL  random (the e2e preset, built here once with GSM8K's tokenizer) | trained (models/e2e-trained)
 #          | random-fp8 (the block-FP8 variant of issue 29 item 6: `python -m moegate.model.quantize SRC DEST
@@ -39,18 +40,23 @@
 #
 # Resumable per pair: a pair whose wall.txt says exit 0 or 1 (a verdict) is not run again; run the same plan
 # again in the next call to finish the rest (the machine keeps $HOME only while warm: issue the plan's calls in one
-# batch, back to back). Launches are STAGGER_S apart; every pair is stopped by BUDGET_S
-# after the first (the call's limit is 600 s). Each pair, as it ends, prints its line and writes
+# batch, back to back). Launches are STAGGER_S apart, at most MAX_PAIRS running at once (a pair waits for one to
+# end), none started with less than MIN_PAIR_S of the budget left; every pair is stopped by BUDGET_S after the
+# first (the call's limit is 600 s; a plan longer than a call runs through tools/gpu/background.sh). Each pair, as it ends, prints its line and writes
 # $OUT/PLAN/LABEL.tar.xz; at the end $OUT/PLAN.tar.xz (each pair's folder: driver log, e2e.md, scores.json, gate
 # JSONs, server logs, wall.txt, both promises' pages) and each pair's verdicts.
 set -u
 : "${OUT:?run on the device: \$OUT is where results go}"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
-plan=${1:?usage: e2e_plan.sh PLANFILE}
-name=$(basename "$plan" .plan)
+[ $# -gt 0 ] || { echo "usage: e2e_plan.sh PLANFILE..." >&2; exit 2; }
+for p in "$@"; do [ -f "$p" ] || { echo "e2e_plan.sh: no plan file $p" >&2; exit 2; }; done
+name=$(for p in "$@"; do basename "$p" .plan; done | paste -sd+)
+mkdir -p "$HOME/e2e"
+plan=$HOME/e2e/$name.plan  # several plans are one list, in the order given
+cat "$@" >"$plan"
 ROOT=$PWD DATA=${DATA:-$PWD/.gpu/g18/data}
 PROMPTS=${PROMPTS:-64} TOKENS=${TOKENS:-128} UTIL=${UTIL:-0.04} KV=${KV:-1073741824}
-STAGGER_S=${STAGGER_S:-3} BUDGET_S=${BUDGET_S:-540} GSM8K_ARGS=${GSM8K_ARGS:-"--gsm8k-limit 250 --gsm8k-cap 250 --no-gsm8k-repeat"}
+STAGGER_S=${STAGGER_S:-3} BUDGET_S=${BUDGET_S:-540} MAX_PAIRS=${MAX_PAIRS:-99} MIN_PAIR_S=${MIN_PAIR_S:-60} GSM8K_ARGS=${GSM8K_ARGS:-"--gsm8k-limit 250 --gsm8k-cap 250 --no-gsm8k-repeat"}
 t0=$(date +%s)
 # A call cut by its limit leaves its servers running (each in its own process group, out of `timeout`'s reach):
 # on 2026-12-02 call B of the panel started beside call A's 17 GB of orphans. A pair not finished is run again from
@@ -145,9 +151,11 @@ for model in $(awk '!/^#/ && NF {print $2}' "$plan" | sort -u); do
 done
 
 labels=() pairs=()
+running() { local n=0 p; for p in "${pairs[@]}"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done; echo "$n"; }
 while read -r label model base pr gates promise; do
   case $label in ''|'#'*) continue ;; esac
   out=$HOME/e2e/$name/$label
+  while [ "$(running)" -ge "$MAX_PAIRS" ]; do sleep 2; done
   if ! pending "$label"; then echo "$label: done in an earlier call ($(cat "$out/wall.txt"))"; labels+=("$label"); continue; fi
   dir=$(model_dir "$model") || { echo "$label: skipped (model $model)"; continue; }
   bpy=$(build "$base") && ppy=$(build "$pr") || { echo "$label: build failed"; continue; }
@@ -161,7 +169,7 @@ while read -r label model base pr gates promise; do
     # the budget left once the reference is up (2026-12-02: counted before this wait, it let pairs run up to
     # 400 s past BUDGET_S, and the call was cut before it printed or archived anything)
     left=$(( t0 + BUDGET_S - $(date +%s) ))
-    if [ "$left" -lt 60 ]; then
+    if [ "$left" -lt "$MIN_PAIR_S" ]; then
       echo "exit 124 wall_ms 0 not started: ${left} s of the budget left after the reference (${w} s)" >"$out/wall.txt"
       exit 0
     fi

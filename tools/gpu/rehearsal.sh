@@ -37,10 +37,10 @@
 # both e2e legs ran past 540 s): run the step in the background, where it outlives the call while the machine stays
 # warm, and collect it in the calls after, back to back (each waits at most WAIT_S, default 570):
 #
-#   start STEP   copy the checkout to $R/tree and $DATA to $R/data (the next call's copy of the tree must not change
-#                files under a running leg), then run STEP there with BUDGET_S=${BG_BUDGET_S:-1500}, in a session of
-#                its own; returns at once
-#   wait STEP    wait until STEP ends or WAIT_S pass; then its log so far, and once it has ended, $OUT/STEP.tgz
+#   start STEP   run STEP with BUDGET_S=${BG_BUDGET_S:-1500} through tools/gpu/background.sh (a copy of the checkout
+#                and of $DATA, a session of its own); returns at once
+#   wait STEP    wait until STEP ends or WAIT_S pass; its log since the last wait, and what it wrote under its OUT
+#                (STEP.tgz once it has ended)
 set -uo pipefail
 : "${OUT:?run on the device: \$OUT is where results go}"
 step=${1:?usage: rehearsal.sh prepare|same|ab|planted|start STEP|wait STEP}
@@ -140,32 +140,14 @@ legs() {  # DIR BUILDS: preflight for the three legs at once, then kernels, e2e 
   wait
 }
 
-background() {  # start|wait STEP
-  local what=$1 s=${2:-} bg=$R/bg end
+background() {  # start|wait STEP, through tools/gpu/background.sh (the job is named rehearsal-STEP)
+  local what=$1 s=${2:-}
   case $s in same | ab | planted) ;; *) echo "rehearsal.sh $what: STEP is same, ab or planted, not '$s'" >&2; return 2 ;; esac
-  mkdir -p "$bg"
   if [ "$what" = start ]; then
-    rm -rf "$R/tree" "$R/data" "$bg/$s.log" "$bg/$s.done" "$bg/$s.tgz"
-    mkdir -p "$R/tree"
-    # a file another job changes while it is read makes tar exit 1 (reports/, written by the smokes, left out):
-    # the copy is judged by what arrived
-    tar -cf - --exclude=./.git --exclude=./.nox --exclude=./.gpu --exclude=./reports . 2>/dev/null | tar -xf - -C "$R/tree"
-    [ -f "$R/tree/tools/gpu/rehearsal.sh" ] || { echo "rehearsal.sh start: the checkout did not copy to $R/tree" >&2; return 1; }
-    cp -a "$DATA" "$R/data" || return 1  # a later call that does not carry .gpu/data removes it from the checkout
-    (cd "$R/tree" && OUT=$bg DATA=$R/data BUDGET_S=${BG_BUDGET_S:-1500} setsid nohup bash -c \
-      'bash tools/gpu/rehearsal.sh "$1" >"$2/$1.log" 2>&1; echo $? >"$2/$1.done"' _ "$s" "$bg" </dev/null >/dev/null 2>&1 &)
-    echo "$s: started in the background from $R/tree (BUDGET_S ${BG_BUDGET_S:-1500}); collect with: rehearsal.sh wait $s"
-    return 0
-  fi
-  [ -f "$bg/$s.log" ] || { echo "rehearsal.sh wait: $s was not started here (rehearsal.sh start $s)" >&2; return 2; }
-  end=$((SECONDS + ${WAIT_S:-570}))
-  while [ ! -f "$bg/$s.done" ] && [ "$SECONDS" -lt "$end" ]; do sleep 2; done
-  cat "$bg/$s.log" 2>/dev/null
-  if [ -f "$bg/$s.done" ]; then
-    cp "$bg/$s.tgz" "$OUT/" 2>/dev/null
-    echo "$s: ended (exit $(cat "$bg/$s.done")); $OUT/$s.tgz"
+    DATA=$DATA bash tools/gpu/background.sh start "rehearsal-$s" env BUDGET_S="${BG_BUDGET_S:-1500}" \
+      bash tools/gpu/rehearsal.sh "$s"
   else
-    echo "$s: still running after ${WAIT_S:-570} s; call wait again"
+    bash tools/gpu/background.sh wait "rehearsal-$s"
   fi
 }
 

@@ -211,13 +211,14 @@ def test_a_step_started_in_the_background_outlives_its_call_and_wait_collects_it
     """``start same`` returns at once; the step runs from a copy of the checkout; ``wait same`` hands back its archive."""
     _, rehearsal, proc = _rehearse(tmp_path, "start", "same")
     assert proc.returncode == 0, proc.stderr
-    assert "same: started in the background" in proc.stdout
-    tree = rehearsal / "tree"
+    assert "rehearsal-same: started in the background" in proc.stdout
+    job = tmp_path / "home" / "bg" / "rehearsal-same"  # tools/gpu/background.sh's folder for the job
+    tree = job / "tree"
     assert (tree / "tools" / "gpu" / "rehearsal.sh").is_file() and not (tree / ".git").exists()
-    assert (rehearsal / "data" / "prompts.jsonl").is_file()
+    assert (job / "data" / "prompts.jsonl").is_file()
     _, rehearsal, proc = _rehearse(tmp_path, "wait", "same", extra_env={"WAIT_S": "100"})
     assert proc.returncode == 0, proc.stderr
-    assert "same: ended (exit 0)" in proc.stdout, proc.stdout[-2000:]
+    assert "rehearsal-same: ended, exit 0" in proc.stdout, proc.stdout[-2000:]
     assert (tmp_path / "out" / "same.tgz").is_file()
     kernels = _leg_command(rehearsal, "same", "kernels")
     assert kernels[0] == str(rehearsal / "dev2" / "bin" / "python")  # the leg ran, from the tree's copy
@@ -232,4 +233,6 @@ def test_start_and_wait_refuse_a_step_they_do_not_know_in_one_line(tmp_path):
 def test_waiting_for_a_step_never_started_is_one_line_at_once(tmp_path):
     _, _, proc = _rehearse(tmp_path, "wait", "planted", extra_env={"WAIT_S": "100"})
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "rehearsal.sh wait: planted was not started here (rehearsal.sh start planted)"
+    assert proc.stderr.strip() == (
+        "background.sh wait: rehearsal-planted was not started on this machine (background.sh start rehearsal-planted CMD...)"
+    )
