@@ -10,7 +10,7 @@
 #        job. Then runs CMD there in a session of its own (setsid: out of the call's reach), with OUT set to
 #        $HOME/bg/NAME/out and DATA to the copy; its output goes to $HOME/bg/NAME/log, its exit status to
 #        $HOME/bg/NAME/done when it ends.
-# wait   every 5 s copies what CMD has written under its OUT and the call's $OUT lacks (a call cut by the
+# wait   every POLL_S (5) s copies what CMD has written under its OUT and the call's $OUT lacks (a call cut by the
 #        session's device budget still brings back what was there), until the job ends or WAIT_S pass; then
 #        prints the log's lines written since the last wait and whether the job has ended; exit 3 when the job is
 #        gone without its exit status (a machine that stops a call's every process would do that).
@@ -54,7 +54,7 @@ sync_out() { (cd "$bg/out" && find . -type f -print0 | while IFS= read -r -d '' 
 done); }
 end=$((SECONDS + ${WAIT_S:-570}))
 alive() { [ -f "$bg/done" ] || kill -0 "$(cat "$bg/pid")" 2>/dev/null; }
-while [ ! -f "$bg/done" ] && [ "$SECONDS" -lt "$end" ] && alive; do sync_out; sleep 5; done
+while [ ! -f "$bg/done" ] && [ "$SECONDS" -lt "$end" ] && alive; do sync_out; sleep "${POLL_S:-5}"; done
 sync_out
 seen=$(cat "$bg/seen" 2>/dev/null || echo 0)
 tail -n +"$((seen + 1))" "$bg/log"

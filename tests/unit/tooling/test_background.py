@@ -17,7 +17,7 @@ JOB = 'echo "data: $(cat $DATA/x)"; mkdir -p $OUT/p; echo a >$OUT/p/a; while [ !
 def _bg(tmp_path: Path, out: str, *args: str, wait_s: str = "30") -> subprocess.CompletedProcess[str]:
     (tmp_path / out).mkdir(exist_ok=True)
     env = {**os.environ, "HOME": str(tmp_path / "home"), "OUT": str(tmp_path / out), "DATA": str(tmp_path / "data"),
-           "WAIT_S": wait_s}  # fmt: skip
+           "WAIT_S": wait_s, "POLL_S": "0.2"}  # fmt: skip
     return subprocess.run(
         ["bash", str(SCRIPT), *args], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )

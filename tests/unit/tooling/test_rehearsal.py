@@ -75,7 +75,7 @@ def _rehearse(tmp_path: Path, *step: str, extra_env: dict[str, str] | None = Non
     env = {
         **{k: v for k, v in os.environ.items() if k != "MOEGATE_GSM8K_DIR"},
         "HOME": str(home), "OUT": str(out), "DATA": str(data), "SHIM_LOG": str(log), "SHIM": str(shim / "python3"),
-        "PATH": f"{shim}:{os.environ['PATH']}", "STAGGER_S": "0", **(extra_env or {}),
+        "PATH": f"{shim}:{os.environ['PATH']}", "STAGGER_S": "0", "POLL_S": "0.2", **(extra_env or {}),
     }  # fmt: skip
     proc = subprocess.run(
         ["bash", str(SCRIPT), *step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
