@@ -6,7 +6,7 @@
 #
 #   bash tools/gpu/e2e_plan.sh PLANFILE...     # e.g. tools/gpu/plans/promises-a.plan
 #
-# Several plans are one list, in the order given, named after them joined by '+' (promises-a+promises-b).
+# Several plans are one list, in the order given, named after them joined by "_" (promises-a_promises-b).
 # A plan line: LABEL MODEL BASE PR GATES [PROMISE]
 #   MODEL  random (the e2e preset, built here once with GSM8K's tokenizer) | trained (models/e2e-trained)
 #          | random-fp8 (the block-FP8 variant of issue 29 item 6: `python -m moegate.model.quantize SRC DEST
@@ -50,7 +50,7 @@ set -u
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
 [ $# -gt 0 ] || { echo "usage: e2e_plan.sh PLANFILE..." >&2; exit 2; }
 for p in "$@"; do [ -f "$p" ] || { echo "e2e_plan.sh: no plan file $p" >&2; exit 2; }; done
-name=$(for p in "$@"; do basename "$p" .plan; done | paste -sd+)
+name=$(for p in "$@"; do basename "$p" .plan; done | paste -sd_)
 mkdir -p "$HOME/e2e"
 plan=$HOME/e2e/$name.plan  # several plans are one list, in the order given
 cat "$@" >"$plan"
