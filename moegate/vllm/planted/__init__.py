@@ -32,6 +32,10 @@ variable: the bug belongs to the build), and a ``.pth`` line that imports it at 
   model's dtype: the same mathematics, two more roundings (a power of two: bit-identical);
 - ``reround-attn=K`` (harmless): the same on the attention block's output.
 
+A build with a bug compiles into a cache of its own (``VLLM_CACHE_ROOT`` is ``DEST/vllm-cache`` unless set): vLLM
+keys its ``torch.compile`` cache by config and source files, so a bug's build sharing the default cache can load
+another build's compiled graph, and a bug planted at startup in traced code is then not served.
+
 ``--version V`` relabels the build: its vLLM reports release ``V`` (``vllm.__version__``, the server's
 ``/version``), as a dev build of a pull request does (``0.33.1.dev1+g1111111``): the goldens of its key do
 not exist; nothing else changes.
@@ -157,9 +161,12 @@ def make_build(
         extra = [p for p in dict.fromkeys(own_path) if p not in venv_path and p not in site_dirs and Path(p).exists()]
         site_packages = Path(purelib)
         # a module, imported once even where site reads this site-packages twice (lib and its lib64 link)
-        code = (
-            f"import site\nimport sys\n\nsys.path[0:0] = {site_dirs!r}\nfor p in {extra!r}:\n    site.addsitedir(p)\n"
-        )
+        code = f"import os\nimport site\nimport sys\n\nsys.path[0:0] = {site_dirs!r}\nfor p in {extra!r}:\n    site.addsitedir(p)\n"
+        if bug is not None:
+            # vLLM keys its torch.compile cache by config and source files, not by a plant made at startup: a bug's
+            # build sharing the default cache loaded another build's compiled graph and served without its bug (the
+            # H200 panel, 2026-12-02: scale=1.01 changed no log-probability of 64 prompts)
+            code += f"os.environ.setdefault('VLLM_CACHE_ROOT', {str(dest / 'vllm-cache')!r})\n"
         (site_packages / f"{PATHS_MODULE}.py").write_text(code, encoding="utf-8")
         (site_packages / f"{PATHS_MODULE}.pth").write_text(f"import {PATHS_MODULE}\n", encoding="utf-8")
         if config is not None:

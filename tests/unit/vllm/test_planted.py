@@ -114,6 +114,21 @@ def test_a_made_build_sees_its_sites_first_in_order_and_the_given_pythons_own_pa
     assert json.loads((tmp_path / "b" / RECORD).read_text())["bug"] is None
 
 
+def test_a_bugs_build_compiles_into_a_cache_of_its_own_unless_one_is_set(tmp_path):
+    """vLLM's compile cache is keyed by config and source files, not by a plant: a shared cache served a bug's build
+    the graph another build compiled, without the bug (the H200 panel of 2026-12-02, scale=1.01)."""
+    code = "import os; print(os.environ.get('VLLM_CACHE_ROOT'))"
+    site = tmp_path / "site"
+    _standin(site, "vllm.model_executor.models.qwen3_moe", QWEN3_STANDIN)
+    for name, bug, cache in (("plain", None, "None"), ("bug", "scale=1.01", str(tmp_path / "bug" / "vllm-cache"))):
+        python = make_build(tmp_path / name, sys.executable, sites=[str(site)], bug=bug)
+        assert _run(python, code, tmp_path).stdout.strip() == cache  # a plain build shares the default (same code)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"VLLM_CACHE_ROOT": "/elsewhere"}
+    proc = subprocess.run([str(tmp_path / "bug" / "bin" / "python"), "-c", code], env=env, capture_output=True,
+                          text=True, check=False, timeout=60)  # fmt: skip
+    assert proc.stdout.strip() == "/elsewhere"
+
+
 def test_a_build_without_a_bug_has_no_plant_at_startup(tmp_path):
     python = make_build(tmp_path / "b", sys.executable)
     proc = _run(python, "import sys; print('moegate_planted' in sys.modules)", tmp_path)
