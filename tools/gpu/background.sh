@@ -10,8 +10,9 @@
 #        job. Then runs CMD there in a session of its own (setsid: out of the call's reach), with OUT set to
 #        $HOME/bg/NAME/out and DATA to the copy; its output goes to $HOME/bg/NAME/log, its exit status to
 #        $HOME/bg/NAME/done when it ends.
-# wait   every POLL_S (5) s copies what CMD has written under its OUT and the call's $OUT lacks (a call cut by the
-#        session's device budget still brings back what was there), until the job ends or WAIT_S pass; then
+# wait   every POLL_S (5) s packs what CMD has written under its OUT into $OUT/NAME-out.tar.aa, .ab, ... (the device
+#        returns at most 8 files a call, 16 MiB each; a call cut by the session's device budget still brings back
+#        the last whole set), until the job ends or WAIT_S pass; then
 #        prints the log's lines written since the last wait and whether the job has ended; exit 3 when the job is
 #        gone without its exit status (a machine that stops a call's every process would do that).
 #
@@ -48,10 +49,18 @@ if [ "$what" = start ]; then
 fi
 
 [ -f "$bg/log" ] || { echo "background.sh wait: $name was not started on this machine (background.sh start $name CMD...)" >&2; exit 2; }
-sync_out() { (cd "$bg/out" && find . -type f -print0 | while IFS= read -r -d '' f; do
-  [ -e "$OUT/$f" ] && [ ! "$bg/out/$f" -nt "$OUT/$f" ] && continue
-  mkdir -p "$OUT/$(dirname "$f")" && cp -p "$f" "$OUT/$f"
-done); }
+# The device brings back at most 8 files a call, 16 MiB each (the 2026-12-02 panel lost 5 of 20 pairs' archives to
+# that count): what the job wrote goes back as one tar cut into 15-MiB parts, NAME-out.tar.aa, .ab, ... (at most 7;
+# here: cat NAME-out.tar.* | tar -x), remade as files arrive, the parts moved in whole.
+sync_out() {
+  local stamp tmp=$OUT/.$name-parts
+  stamp=$(cd "$bg/out" && find . -type f -printf '%P %s %T@\n' | sort | md5sum)
+  [ "$stamp" = "$(cat "$bg/stamp" 2>/dev/null)" ] && return 0
+  rm -rf "$tmp" && mkdir -p "$tmp" || return 1
+  tar -C "$bg/out" -cf - . | split -b 15M - "$tmp/$name-out.tar." || return 1
+  rm -f "$OUT/$name-out.tar."* && mv "$tmp"/* "$OUT"/ && rmdir "$tmp" && echo "$stamp" >"$bg/stamp"
+}
+rm -f "$bg/stamp"  # this call's $OUT starts empty
 end=$((SECONDS + ${WAIT_S:-570}))
 alive() { [ -f "$bg/done" ] || kill -0 "$(cat "$bg/pid")" 2>/dev/null; }
 while [ ! -f "$bg/done" ] && [ "$SECONDS" -lt "$end" ] && alive; do sync_out; sleep "${POLL_S:-5}"; done

@@ -42,9 +42,10 @@
 # again in the next call to finish the rest (the machine keeps $HOME only while warm: issue the plan's calls in one
 # batch, back to back). Launches are STAGGER_S apart, at most MAX_PAIRS running at once (a pair waits for one to
 # end), none started with less than MIN_PAIR_S of the budget left; every pair is stopped by BUDGET_S after the
-# first (the call's limit is 600 s; a plan longer than a call runs through tools/gpu/background.sh). Each pair, as it ends, prints its line and writes
-# $OUT/PLAN/LABEL.tar.xz; at the end $OUT/PLAN.tar.xz (each pair's folder: driver log, e2e.md, scores.json, gate
-# JSONs, server logs, wall.txt, both promises' pages) and each pair's verdicts.
+# first (the call's limit is 600 s; a plan longer than a call runs through tools/gpu/background.sh). Each pair, as
+# it ends, prints its line and writes $OUT/PLAN/LABEL.tar.xz (its folder: driver log, e2e.md, scores.json, gate
+# JSONs, server logs, wall.txt, both promises' pages); at the end $OUT/PLAN-references.tar.xz (the reference
+# servers' logs) and each pair's verdicts.
 set -u
 : "${OUT:?run on the device: \$OUT is where results go}"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
@@ -213,6 +214,6 @@ for label in "${labels[@]}"; do
   grep -E "^(PASS|FAIL)  " "$d/compare-"*.log 2>/dev/null | grep -v golden | cut -c1-300
   grep -E "^moegate.e2e: |Error|error:" "$d/driver.log" 2>/dev/null | grep -v "measured in" | tail -3 | cut -c1-300
 done
-tar -I "xz -T0" -cf "$OUT/$name.tar.xz" --exclude=hf_datasets_cache --exclude=reference-build --exclude=golden \
-  -C "$HOME/e2e" "$name"
+# each pair's folder went back as it ended; the plan's own files (the references' logs and addresses) once more
+(cd "$HOME/e2e/$name" && find . -maxdepth 1 -type f -print0 | tar -cJf "$OUT/$name-references.tar.xz" --null -T -)
 ls -la "$OUT"

@@ -23,6 +23,16 @@ def _bg(tmp_path: Path, out: str, *args: str, wait_s: str = "30") -> subprocess.
     )
 
 
+def _unpack(out: Path, name: str) -> Path:
+    """The call's parts joined and unpacked, as here after a call: ``cat NAME-out.tar.* | tar -x``."""
+    parts = sorted(out.glob(f"{name}-out.tar.*"))
+    assert parts and len(parts) + 1 <= 8, [p.name for p in out.iterdir()]  # the device brings back 8 files a call
+    dest = out / "unpacked"
+    dest.mkdir(exist_ok=True)
+    subprocess.run(f"cat {' '.join(str(p) for p in parts)} | tar -x -C {dest}", shell=True, check=True)
+    return dest
+
+
 def test_a_wait_brings_back_what_the_job_wrote_so_far_and_a_later_one_the_rest(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "x").write_text("carried\n")
@@ -37,12 +47,13 @@ def test_a_wait_brings_back_what_the_job_wrote_so_far_and_a_later_one_the_rest(t
     )
     first = _bg(tmp_path, "out1", "wait", "job", wait_s="2")
     assert first.returncode == 0 and "job: still running after 2 s" in first.stdout
-    assert (tmp_path / "out1" / "p" / "a").is_file() and not (tmp_path / "out1" / "p" / "b").exists()
+    got = _unpack(tmp_path / "out1", "job")
+    assert (got / "p" / "a").is_file() and not (got / "p" / "b").exists()
     assert "data: carried" in first.stdout  # DATA is the job's own copy
     (job / "go").write_text("")  # $DATA/../go from the job's side
     second = _bg(tmp_path, "out2", "wait", "job")
     assert "job: ended, exit 3" in second.stdout and "data: carried" not in second.stdout  # the log since the last wait
-    assert (tmp_path / "out2" / "p" / "b").read_text() == "b\n"
+    assert (_unpack(tmp_path / "out2", "job") / "p" / "b").read_text() == "b\n"
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
