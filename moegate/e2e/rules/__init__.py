@@ -50,8 +50,11 @@ def judge(
         results.append(_named(identical.scored_result(data, detect=opts.score_detect), "identical"))
         results += [_named(identical.decode_result(base, pr, c), "identical") for c in opts.in_flight]
     else:
-        results.append(equivalent.scored_result(data, reference, base, pr))
-        results += [equivalent.decode_result(base, pr, reference, c, data) for c in opts.in_flight]
+        eq = [equivalent.scored_result(data, reference, base, pr)]
+        eq += [equivalent.decode_result(base, pr, reference, c, data) for c in opts.in_flight]
+        same = [identical.scored_result(data, detect=opts.score_detect)]
+        same += [identical.decode_result(base, pr, c) for c in opts.in_flight]
+        results += [implied_by_identical(e, i) for e, i in zip(eq, same, strict=True)]
     if "greedy" in opts.gates:
         for c in opts.in_flight:
             pairs = [(f"greedy, {r.build.label} twice, {c} in flight", "first", r.greedy[c], "second", r.repeat[c])
@@ -104,6 +107,22 @@ def other_promise(
     failed = [r.gate for r in rows if not r.passed]
     verdict = "PASS" if not failed else "FAIL (" + "; ".join(failed) + ")"
     return f"the same data under --promise {other} (not this run's verdict): {verdict}"
+
+
+def implied_by_identical(eq: GateResult, same: GateResult) -> GateResult:
+    """``equivalent`` promises less than ``identical``: a clause the ``identical`` rule passes on the same data (the
+    PR's change within the base's own noise) passes under ``equivalent`` too. The ratio to the reference alone cannot
+    say so where the reference moved as little as the noise: on the H200 panel (2026-12-02) the random model's
+    re-rounding moved 0.00001-0.00005 nats/token, and two same-build pairs that passed ``identical`` had
+    bootstrap upper bounds of 5.2 and 5369 times the reference (docs/e2e-rules.md, "identical implies equivalent")."""
+    if eq.passed or not same.passed:
+        return eq
+    summary = (
+        f"PASS (equivalent): within the base's own noise, as the identical rule judges it ({same.summary}); "
+        f"the re-rounding yardstick alone could not bound it: {eq.summary.removeprefix('FAIL (equivalent): ')}"
+    )
+    return GateResult(eq.gate, True, summary, eq.details_markdown,
+                      [*eq.differences, {"implied_by_identical": same.summary}])  # fmt: skip
 
 
 def _named(res: GateResult, promise: str) -> GateResult:

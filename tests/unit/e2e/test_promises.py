@@ -16,8 +16,9 @@ import pytest
 from moegate.e2e import data as e2e
 from moegate.e2e import goldens
 from moegate.e2e.greedy import Completion
-from moegate.e2e.rules import equivalent, golden, identical, judge, noise, other_promise
+from moegate.e2e.rules import equivalent, golden, identical, implied_by_identical, judge, noise, other_promise
 from moegate.e2e.scoring import Composition, Scored, TokenSeq
+from moegate.e2e.verdict import GateResult
 from moegate.serve.build import Build
 from tests.support import ROOT
 
@@ -88,6 +89,28 @@ def test_damage_beyond_kappa_times_the_reference_fails_equivalent_with_its_ratio
     eq = equivalent.scored_result(data, ref, base, pr)
     assert not eq.passed and "damage:" in eq.summary
     assert eq.differences[0]["equivalent"]["ratio"]["value"] > equivalent.KAPPA
+
+
+def test_a_clause_the_identical_rule_passes_passes_under_equivalent_and_no_other_changes():
+    """``equivalent`` promises less than ``identical``. On the H200 panel the random model's reference moved 0.00001
+    nats/token, and same-build pairs that passed ``identical`` had ratio bounds of 5.2 and 5369 (results/)."""
+    eq_fail = GateResult("scored (equivalent), base vs pr", False, "FAIL (equivalent): ratio 0.99 (upper 5.19)")
+    same_pass = GateResult("scored, base vs pr", True, "PASS: spread 0.00001 between vs 0.00001 within")
+    same_fail = GateResult("scored, base vs pr", False, "FAIL: spread 0.003 between vs 0.00003 within")
+    got = implied_by_identical(eq_fail, same_pass)
+    assert got.passed and got.gate == eq_fail.gate
+    assert got.summary.startswith("PASS (equivalent): within the base's own noise") and "upper 5.19" in got.summary
+    assert implied_by_identical(eq_fail, same_fail) is eq_fail  # a bug stays failed
+    eq_pass = GateResult("scored (equivalent), base vs pr", True, "PASS (equivalent): ratio 0.3")
+    assert implied_by_identical(eq_pass, same_fail) is eq_pass
+
+
+def test_judge_under_equivalent_passes_what_identical_passes_and_fails_a_bug_as_before():
+    opts = e2e.Options("m", (), gates=("greedy",), in_flight=(1, 4), promise="equivalent")
+    for pr_noise, passed in ((0.0, True), (0.004 * equivalent.KAPPA * 2, False)):
+        data, base, pr, ref = _world(pr_noise)
+        rows = [r for r in judge(base, pr, opts, None, data, ref) if r.gate.startswith(("scored", "decode"))]
+        assert len(rows) == 3 and all(r.passed is passed for r in rows), [r.summary for r in rows]
 
 
 def test_a_shift_of_one_sign_fails_equivalent_as_bias_though_its_spread_is_small():

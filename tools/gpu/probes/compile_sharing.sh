@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Does the same build, served twice with torch.compile and CUDA graphs, re-round against itself because each server
+# compiles its own kernels? On the H200 panel of 2026-12-02 (results/e2e-promises-h200.md) the same 0.33.0 build
+# against itself FAILED `identical` on the trained model: 17 of 64 prompts' log-probabilities moved from the first
+# generated token on (0.00038 nats/token at decode, up to 0.055), where each server's own repeat moved 0.00001.
+# Two same-build pairs of the trained model, `--promise identical`, `--reference none`, experts UVA-offloaded:
+#
+#   shared    the servers start one after the other (no fixed KV cache, so moegate's start_together serves them in
+#             turn) and share one compile cache: the second loads the graph the first compiled
+#   separate  started 80 s later, side by side, each server with a compile cache of its own (VLLM_CACHE_ROOT): both
+#             compile, as the panel's pairs did
+#
+# If compiling apart is the cause, `shared` PASSes and `separate` FAILs. From the checkout root on the device after
+# the 0.33.0 and lm-eval installs (tools/gpu/README.md), carrying .gpu/pdata/prompts.jsonl
+# (`python -m moegate.e2e prompts --export`). Writes $OUT/{shared,separate}.log, walls.txt, {shared,separate}.tar.xz.
+set -u
+: "${OUT:?run on the device: \$OUT is where results go}"
+export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
+PROMPTS_FILE=${PROMPTS_FILE:-.gpu/pdata/prompts.jsonl} LIMIT_S=${LIMIT_S:-280}
+B=$HOME/b033
+[ -x "$B/bin/python" ] || python3 -m moegate.vllm.planted "$B" --python python3 --site "$HOME/vllm-site" \
+  --site "$HOME/eval-site" >/dev/null || exit 1
+UVA="--offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"
+BASE_ARGS="--max-model-len 4096 --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
+t0=$(date +%s)
+pair() {  # NAME SERVER-ARGS [EXTRA...]
+  local name=$1 args=$2 s rc
+  shift 2
+  s=$(date +%s)
+  timeout -k 10 $((t0 + LIMIT_S - s)) "$B/bin/python" -m moegate.e2e run --base="$B" --pr="$B" --base-label=base \
+    --pr-label=pr --base-args="$UVA" --pr-args="$UVA" --model=models/e2e-trained --gates=greedy --promise=identical \
+    --reference none --prompts-file "$PROMPTS_FILE" --prompts=64 --max-tokens=128 --in-flight=1,4 \
+    --server-args="$args" --out="$HOME/probe/$name/run" --report="$HOME/probe/$name/e2e.md" \
+    --golden-dir="$HOME/probe/$name/golden" --startup-timeout 200 "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  echo "$name: exit $rc wall_s $(($(date +%s) - s))" | tee -a "$OUT/walls.txt"
+  tar -C "$HOME/probe" --exclude=golden -cJf "$OUT/$name.tar.xz" "$name"
+}
+pair shared "$BASE_ARGS --gpu-memory-utilization 0.1" --base-env="VLLM_CACHE_ROOT=$HOME/cache-shared" \
+  --pr-env="VLLM_CACHE_ROOT=$HOME/cache-shared" &
+sleep 80
+pair separate "$BASE_ARGS --gpu-memory-utilization 0.04 --kv-cache-memory-bytes 1073741824" \
+  --base-env="VLLM_CACHE_ROOT=$HOME/cache-base" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-pr" &
+wait
+grep -hE "^(PASS|FAIL)  (scored|decode)" "$OUT/shared.log" "$OUT/separate.log" | cut -c1-260
