@@ -11,12 +11,14 @@
 #             compile, as the panel's pairs did
 #
 # If compiling apart is the cause, `shared` PASSes and `separate` FAILs. From the checkout root on the device after
-# the 0.33.0 and lm-eval installs (tools/gpu/README.md), carrying .gpu/pdata/prompts.jsonl
-# (`python -m moegate.e2e prompts --export`). Writes $OUT/{shared,separate}.log, walls.txt, {shared,separate}.tar.xz.
+# the 0.33.0 and lm-eval installs (tools/gpu/README.md), with the prompts' texts (`python -m moegate.e2e prompts
+# --export`) copied to $HOME/data/prompts.jsonl in an install call: a carry is gone from the checkout in every call
+# that does not name it (2026-12-02: this probe's first call found none and both pairs stopped at once, exit 2).
+# Writes $OUT/{shared,separate}.log, walls.txt, {shared,separate}.tar.xz.
 set -u
 : "${OUT:?run on the device: \$OUT is where results go}"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
-PROMPTS_FILE=${PROMPTS_FILE:-.gpu/pdata/prompts.jsonl} LIMIT_S=${LIMIT_S:-280}
+PROMPTS_FILE=${PROMPTS_FILE:-$HOME/data/prompts.jsonl} LIMIT_S=${LIMIT_S:-280}
 B=$HOME/b033
 [ -x "$B/bin/python" ] || python3 -m moegate.vllm.planted "$B" --python python3 --site "$HOME/vllm-site" \
   --site "$HOME/eval-site" >/dev/null || exit 1
