@@ -29,8 +29,8 @@
 # Servers serve as users serve: CUDA graphs and torch.compile on (no --enforce-eager but in @eager), a fixed KV
 # cache each (--kv-cache-memory-bytes, 1 GiB; these sizes need 16 MiB), so vLLM skips the memory profiling that
 # counted other engines' allocations as its own (2026-12-01), and a pair's servers start side by side.
-# One reference server per model (the 0.33.0 UVA base re-rounded, `--bug reround=3`, tools/gpu/e2e_serve.py) is
-# shared by every pair of that model (--reference-url): it is the yardstick of `equivalent`, a size, which other
+# One reference server per model and base (that base's version re-rounded, `--bug reround=3`, served where the base's
+# experts live, tools/gpu/e2e_serve.py) is shared by every pair of that model and base (--reference-url): it is the yardstick of `equivalent`, a size, which other
 # pairs' requests batched beside its own do not move measurably; the compared servers are never shared.
 #
 # GSM8K: 250 questions once per build (GSM8K_ARGS; the cap at 250 keeps a pair inside one call: where the size
@@ -136,20 +136,28 @@ grep -q '@tuned' "$plan" && tuned_config
 ARGS=${SERVER_ARGS:-"--max-model-len 4096 --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching \
 --gpu-memory-utilization $UTIL --kv-cache-memory-bytes $KV"}
 
-# one reference re-rounding per model that a pending pair uses
-REF=$(build 033+reround=3) || exit 1
-declare -A refurl refpid
+# One reference re-rounding per model and base that a pending pair uses: the base's own version re-rounded
+# (VERSION+reround=3), served where the base's experts live. (2026-12-02: one 0.33.0 UVA reference per model served
+# every pair, so for a 0.32.0 or a resident base the yardstick was the PR's build, not the base re-rounded.)
+declare -A refurl refpid refpy
 pending() { local w=$HOME/e2e/$name/$1/wall.txt; ! grep -qE '^exit (0|1) ' "$w" 2>/dev/null; }
-for model in $(awk '!/^#/ && NF {print $2}' "$plan" | sort -u); do
-  grep -E "^[^#]" "$plan" | awk -v m="$model" '$2 == m {print $1}' | while read -r l; do pending "$l" && echo x; done \
-    | grep -q x || continue
-  dir=$(model_dir "$model") || continue
-  f=$HOME/e2e/$name/reference-$model.url; rm -f "$f"
-  "$DRIVER" -m tools.gpu.e2e_serve --python "$REF" --model "$dir" --args "$ARGS --max-num-seqs 32 $UVA_ARGS" \
-    --url-file "$f" --log "$HOME/e2e/$name/reference-$model.log" >"$HOME/e2e/$name/reference-$model.out" 2>&1 &
-  refpid[$model]=$!
-  refurl[$model]=$f
-done
+refkey() { local res=; case $2 in *@res*) res=-res ;; esac; echo "$1-${2%%[+@]*}$res"; }  # MODEL BASE -> its key
+while read -r label model base _; do
+  case $label in ''|'#'*) continue ;; esac
+  pending "$label" || continue
+  key=$(refkey "$model" "$base")
+  [ -n "${refurl[$key]:-}" ] && continue
+  dir=$(model_dir "$model" </dev/null) || continue
+  py=$(build "${base%%[+@]*}+reround=3" </dev/null) || { echo "reference $key: build failed"; continue; }
+  rflags=$UVA_ARGS
+  case $base in *@res*) rflags= ;; esac
+  f=$HOME/e2e/$name/reference-$key.url; rm -f "$f"
+  "$DRIVER" -m tools.gpu.e2e_serve --python "$py" --model "$dir" --args "$ARGS --max-num-seqs 32 $rflags" \
+    --url-file "$f" --log "$HOME/e2e/$name/reference-$key.log" >"$HOME/e2e/$name/reference-$key.out" 2>&1 </dev/null &
+  refpid[$key]=$!
+  refurl[$key]=$f
+  refpy[$key]=$py
+done <"$plan"
 
 labels=() pairs=()
 running() { local n=0 p; for p in "${pairs[@]}"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done; echo "$n"; }
@@ -165,7 +173,7 @@ while read -r label model base pr gates promise; do
   for side in base pr; do tok=$base; [ $side = pr ] && tok=$pr; e=$(envs "$tok"); [ -n "$e" ] && extra+=("--$side-env=$e"); done
   (
     s=$(date +%s%N)
-    f=${refurl[$model]:-}; w=0
+    key=$(refkey "$model" "$base"); f=${refurl[$key]:-}; w=0
     while [ -n "$f" ] && [ ! -s "$f" ] && [ $w -lt 400 ]; do sleep 2; w=$((w + 2)); done
     # the budget left once the reference is up (2026-12-02: counted before this wait, it let pairs run up to
     # 400 s past BUDGET_S, and the call was cut before it printed or archived anything)
@@ -174,7 +182,7 @@ while read -r label model base pr gates promise; do
       echo "exit 124 wall_ms 0 not started: ${left} s of the budget left after the reference (${w} s)" >"$out/wall.txt"
       exit 0
     fi
-    ref=(--reference "$REF"); [ -n "$f" ] && [ -s "$f" ] && ref+=(--reference-url "$(cat "$f")")
+    ref=(--reference "${refpy[$key]:-auto}"); [ -n "$f" ] && [ -s "$f" ] && ref+=(--reference-url "$(cat "$f")")
     timeout -k 20 "$left" "$DRIVER" -m moegate.e2e run --base="$bpy" --pr="$ppy" --base-label=base --pr-label=pr \
       --base-args="$(flags "$base")" --pr-args="$(flags "$pr")" --model="$dir" --gates="$gates" \
       --promise="${promise:-identical}" "${ref[@]}" \

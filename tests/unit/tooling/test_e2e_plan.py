@@ -1,0 +1,104 @@
+"""tools/gpu/e2e_plan.sh, the H200 panel's driver, run here with a ``python3`` that records its arguments: the builds,
+the reference servers and the pairs are stand-ins, so what is checked is which build serves as each pair's yardstick
+and how many pairs run at once. On the device a mistake here costs a session's budget: the 2026-12-02 panel judged its
+0.32.0 and resident bases against a 0.33.0 UVA reference (results/e2e-promises-h200.md, finding 5)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support import ROOT
+
+SCRIPT = ROOT / "tools" / "gpu" / "e2e_plan.sh"
+
+SHIM = """#!{python}
+import json, os, pathlib, sys, time
+args = sys.argv[1:]
+me = pathlib.Path(sys.argv[0])
+with open(os.environ["SHIM_LOG"], "a") as fh:
+    fh.write(json.dumps([str(me), *args]) + "\\n")
+def module(name):
+    return args[:2] == ["-m", name]
+if module("moegate.vllm.planted"):
+    dest = pathlib.Path(args[2]); (dest / "bin").mkdir(parents=True)
+    (dest / "bin" / "python").symlink_to(os.environ["SHIM"])
+elif module("tools.gpu.e2e_serve"):
+    url = pathlib.Path(args[args.index("--url-file") + 1]); url.write_text("http://127.0.0.1:1")
+    time.sleep(30)
+elif module("moegate.e2e"):
+    running = pathlib.Path(os.environ["SHIM_RUNNING"])
+    if args[2] == "run":
+        with open(running, "a") as fh:
+            fh.write("+\\n")
+        time.sleep(0.5)
+        with open(running, "a") as fh:
+            fh.write("-\\n")
+elif args[:1] == ["-c"]:
+    print("vllm 0.33.0 from stand-in")
+"""
+
+PLAN = """# LABEL MODEL BASE PR GATES PROMISE
+same      trained  033      033                  greedy  identical
+bug       trained  033      033+scale=1.01       greedy  equivalent
+old       trained  032      033                  greedy  identical
+resident  trained  033@res  033                  greedy  identical
+"""
+
+
+def _plan(tmp_path: Path, max_pairs: str) -> tuple[list[list[str]], str, subprocess.CompletedProcess[str]]:
+    home, out, shim = tmp_path / "home", tmp_path / "out", tmp_path / "bin"
+    for d in (home, out, shim):
+        d.mkdir(parents=True, exist_ok=True)
+    (shim / "python3").write_text(SHIM.format(python=sys.executable))
+    (shim / "python3").chmod(0o755)
+    plan = tmp_path / "panel.plan"
+    plan.write_text(PLAN)
+    log, running = tmp_path / "calls.jsonl", tmp_path / "running.txt"
+    env = {
+        **os.environ, "HOME": str(home), "OUT": str(out), "DATA": str(tmp_path), "SHIM_LOG": str(log),
+        "SHIM": str(shim / "python3"), "SHIM_RUNNING": str(running), "PATH": f"{shim}:{os.environ['PATH']}",
+        "STAGGER_S": "0", "MAX_PAIRS": max_pairs, "BUDGET_S": "120",
+    }  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(plan)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=100, check=False
+    )
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    return calls, running.read_text() if running.exists() else "", proc
+
+
+def _most_at_once(marks: str) -> int:
+    n = most = 0
+    for m in marks.split():
+        n += 1 if m == "+" else -1
+        most = max(most, n)
+    return most
+
+
+def test_each_pair_is_judged_against_its_own_bases_version_re_rounded_where_its_base_serves(tmp_path):
+    calls, _, proc = _plan(tmp_path, "99")
+    assert proc.returncode == 0, proc.stderr
+    builds = {Path(c[3]).name: c for c in calls if c[1:3] == ["-m", "moegate.vllm.planted"]}
+    assert builds["033_reround_3"][builds["033_reround_3"].index("--site") + 1].endswith("vllm-site")
+    assert builds["032_reround_3"][builds["032_reround_3"].index("--site") + 1].endswith("vllm032")
+    serves = [c for c in calls if c[1:3] == ["-m", "tools.gpu.e2e_serve"]]
+    refs = {(Path(c[c.index("--python") + 1]).parent.parent.name, "--offload-backend" in c[c.index("--args") + 1])
+            for c in serves}  # fmt: skip
+    assert refs == {("033_reround_3", True), ("032_reround_3", True), ("033_reround_3", False)}  # one per model+base
+    by_label = {next(a for a in c if a.startswith("--out=")).split("/")[-2]: c
+                for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]}  # fmt: skip
+    reference = {lab: Path(c[c.index("--reference") + 1]).parent.parent.name for lab, c in by_label.items()}
+    assert reference == {"same": "033_reround_3", "bug": "033_reround_3", "old": "032_reround_3",
+                         "resident": "033_reround_3"}  # fmt: skip
+    assert all("--reference-url" in c for c in by_label.values())
+
+
+def test_at_most_max_pairs_run_at_once(tmp_path):
+    _, marks, proc = _plan(tmp_path, "1")
+    assert proc.returncode == 0, proc.stderr
+    assert marks.split().count("+") == 4 and _most_at_once(marks) == 1
+    _, marks, _ = _plan(tmp_path / "all", "99")
+    assert _most_at_once(marks) > 1  # the check can fail: without a cap the pairs overlap
