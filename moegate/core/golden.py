@@ -54,7 +54,12 @@ def body(text: str) -> str:
 
 
 def obtained_path(path: Path) -> Path:
-    return path.with_name(path.name + ".obtained")
+    """Where a mismatch's obtained text goes: beside the golden, or in ``MOEGATE_OBTAINED_DIR`` where that is set.
+    The meta-check's base run (vLLM 0.32.0, which must mismatch) sets it: the test command runs it beside the dispatch
+    tier on 0.33.0, whose pass removes the obtained file beside the golden, and once did so before the meta-check
+    read it (2026-12-02, a warm run whose lanes overlapped the two)."""
+    where = os.environ.get("MOEGATE_OBTAINED_DIR")
+    return (Path(where) if where else path.parent) / (path.name + ".obtained")
 
 
 def check(

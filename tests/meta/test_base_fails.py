@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +53,14 @@ MUST_PASS = {
 
 
 @pytest.fixture(scope="module")
-def base_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, ET.Element, str]:
+def obtained_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The base run's obtained files: its own folder, not beside the goldens, where the dispatch tier's run on 0.33.0
+    (the other lane of the test command) removes them as it passes."""
+    return tmp_path_factory.mktemp("obtained")
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory: pytest.TempPathFactory, obtained_dir: Path) -> tuple[int, ET.Element, str]:
     py = os.environ.get("MOEGATE_META_PYTHON")
     if not py:
         pytest.skip(
@@ -64,6 +72,7 @@ def base_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, ET.Element,
         **os.environ,
         "MOEGATE_PROFILE": "shrink",
         "MOEGATE_REQUIRE_VLLM": "1",
+        "MOEGATE_OBTAINED_DIR": str(obtained_dir),
     }
     proc = subprocess.run(
         [py, "-m", "pytest", "tests/dispatch", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"],
@@ -145,14 +154,13 @@ def test_every_counterexample_is_host_resident_and_explained_by_the_old_rule(bas
     assert entrypoints == {"legacy", "modular"}, f"the base failed at only {entrypoints}"
 
 
-def test_table_diff_on_base_is_host_rows_only(base_run):
+def test_table_diff_on_base_is_host_rows_only(base_run, obtained_dir):
     _, root, _ = base_run
     assert _outcomes(root).get("test_dispatch_table_matches_golden") == "failed"
     path = golden.GOLDEN_DIR / "dispatch-table.tsv"
-    obtained = golden.obtained_path(path)
+    obtained = obtained_dir / (path.name + ".obtained")
     want = golden.body(path.read_text()).splitlines()
     got = golden.body(obtained.read_text()).splitlines()
-    obtained.unlink()
     assert len(want) == len(got)
     changed = [(w, g) for w, g in zip(want, got) if w != g]
     assert changed, "the base produced the same table as the PR"

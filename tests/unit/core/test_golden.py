@@ -31,6 +31,18 @@ def test_mismatch_fails_with_diff_and_keeps_golden(tmp_path: Path):
     assert (tmp_path / "t.tsv.obtained").read_text() == "a\nc\n"
 
 
+def test_a_mismatch_in_a_run_with_its_own_obtained_dir_leaves_the_one_beside_the_golden_alone(tmp_path, monkeypatch):
+    """The meta-check's base run writes its obtained files apart, so a passing run beside it cannot remove them."""
+    golden.check("t.tsv", "a\nb\n", directory=tmp_path, bless=True)
+    (tmp_path / "t.tsv.obtained").write_text("another run's\n")
+    monkeypatch.setenv("MOEGATE_OBTAINED_DIR", str(tmp_path / "own"))
+    (tmp_path / "own").mkdir()
+    with pytest.raises(golden.GoldenMismatch, match="own/t.tsv.obtained"):
+        golden.check("t.tsv", "a\nc\n", directory=tmp_path)
+    assert (tmp_path / "own" / "t.tsv.obtained").read_text() == "a\nc\n"
+    assert (tmp_path / "t.tsv.obtained").read_text() == "another run's\n"
+
+
 def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path: Path):
     target = tmp_path / "g.tsv"
     target.write_text("old\n")
