@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.support import ROOT
 
 SCRIPT = ROOT / "tools" / "gpu" / "background.sh"
-JOB = 'echo "data: $(cat $DATA/x)"; mkdir -p $OUT/p; echo a >$OUT/p/a; while [ ! -f $DATA/../go ]; do sleep 0.2; done; echo b >$OUT/p/b; exit 3'
+JOB = 'echo "data: $(cat $DATA/x)"; mkdir -p $OUT/p; echo a >$OUT/p/a; for _ in $(seq 150); do [ -f $DATA/../go ] && break; sleep 0.2; done; echo b >$OUT/p/b; exit 3'
 
 
 def _bg(tmp_path: Path, out: str, *args: str, wait_s: str = "30") -> subprocess.CompletedProcess[str]:
