@@ -27,7 +27,10 @@ bg=$HOME/bg/$name
 if [ "$what" = start ]; then
   shift 2
   [ $# -gt 0 ] || { echo "background.sh start $name: no command to run" >&2; exit 2; }
-  [ -e "$bg/log" ] && [ ! -f "$bg/done" ] && { echo "background.sh start $name: still running (background.sh wait $name)" >&2; exit 2; }
+  if [ ! -f "$bg/done" ] && kill -0 "$(cat "$bg/pid" 2>/dev/null)" 2>/dev/null; then  # a job gone is started anew
+    echo "background.sh start $name: still running (background.sh wait $name)" >&2
+    exit 2
+  fi
   rm -rf "$bg"
   mkdir -p "$bg/tree" "$bg/out"
   # a file another job changes while it is read makes tar exit 1 (reports/, written by the smokes, left out): the

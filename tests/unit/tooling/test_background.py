@@ -77,3 +77,6 @@ def test_a_job_killed_without_its_exit_status_is_reported_gone_with_exit_3(tmp_p
     os.kill(int((job / "pid").read_text()), 9)
     proc = _bg(tmp_path, "out", "wait", "job")
     assert proc.returncode == 3 and "job: gone without an exit status" in proc.stdout
+    again = _bg(tmp_path, "out", "start", "job", "true")  # what wait's exit 3 says to do
+    assert again.returncode == 0 and "job: started in the background" in again.stdout, again.stderr
+    assert "job: ended, exit 0" in _bg(tmp_path, "out", "wait", "job").stdout
