@@ -15,6 +15,8 @@ Nothing here serves or reads files: ``judge`` takes what ``moegate/e2e/pair.py``
 
 from __future__ import annotations
 
+from functools import partial
+
 from moegate.e2e import stats
 from moegate.e2e.data import PROMISES, BuildRun, Options, ScoreData, gsm8k_cap
 from moegate.e2e.greedy import Decode
@@ -52,9 +54,10 @@ def judge(
     else:
         eq = [equivalent.scored_result(data, reference, base, pr)]
         eq += [equivalent.decode_result(base, pr, reference, c, data) for c in opts.in_flight]
-        same = [identical.scored_result(data, detect=opts.score_detect)]
-        same += [identical.decode_result(base, pr, c) for c in opts.in_flight]
-        results += [implied_by_identical(e, i) for e, i in zip(eq, same, strict=True)]
+        # the identical rule's clauses, asked only where an equivalent clause failed (implied_by_identical)
+        same = [partial(identical.scored_result, data, detect=opts.score_detect)]
+        same += [partial(identical.decode_result, base, pr, c) for c in opts.in_flight]
+        results += [e if e.passed else implied_by_identical(e, i()) for e, i in zip(eq, same, strict=True)]
     if "greedy" in opts.gates:
         for c in opts.in_flight:
             pairs = [(f"greedy, {r.build.label} twice, {c} in flight", "first", r.greedy[c], "second", r.repeat[c])

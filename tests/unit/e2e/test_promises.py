@@ -105,7 +105,7 @@ def test_a_clause_the_identical_rule_passes_passes_under_equivalent_and_no_other
     assert implied_by_identical(eq_pass, same_fail) is eq_pass
 
 
-def test_judge_under_equivalent_passes_what_identical_passes_and_fails_a_bug_as_before():
+def test_judge_under_equivalent_gives_one_row_a_rule_and_keeps_a_bug_failed_where_identical_fails_too():
     opts = e2e.Options("m", (), gates=("greedy",), in_flight=(1, 4), promise="equivalent")
     for pr_noise, passed in ((0.0, True), (0.004 * equivalent.KAPPA * 2, False)):
         data, base, pr, ref = _world(pr_noise)

@@ -79,8 +79,8 @@ def fused_topk(hidden_states, gating_output, topk, renormalize, indices_type=Non
 """
 
 
-def _run(python: Path, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}  # the build alone makes its path
+def _run(python: Path, code: str, cwd: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | extra_env  # the build makes its path
     return subprocess.run(
         [str(python), "-c", code], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )
@@ -123,9 +123,7 @@ def test_a_bugs_build_compiles_into_a_cache_of_its_own_unless_one_is_set(tmp_pat
     for name, bug, cache in (("plain", None, "None"), ("bug", "scale=1.01", str(tmp_path / "bug" / "vllm-cache"))):
         python = make_build(tmp_path / name, sys.executable, sites=[str(site)], bug=bug)
         assert _run(python, code, tmp_path).stdout.strip() == cache  # a plain build shares the default (same code)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"VLLM_CACHE_ROOT": "/elsewhere"}
-    proc = subprocess.run([str(tmp_path / "bug" / "bin" / "python"), "-c", code], env=env, capture_output=True,
-                          text=True, check=False, timeout=60)  # fmt: skip
+    proc = _run(tmp_path / "bug" / "bin" / "python", code, tmp_path, VLLM_CACHE_ROOT="/elsewhere")
     assert proc.stdout.strip() == "/elsewhere"
 
 
