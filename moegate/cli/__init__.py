@@ -9,6 +9,7 @@
     moegate repro '<case json>' / moegate spec '<case json>'
     moegate census ...                                  vLLM's MoE configurations (issue 30's census)
     moegate power --vllm-python PY ...                  the dispatch tier's mutation score
+    moegate power join SHARD_DIR... --out DIR           one report from a power run's shards
 
 Each subcommand lives in a module of its own: this package's (``gate``, ``repro``, ``spec``,
 ``fetch_gsm8k``, ``census``) or the tier's command line it hands its arguments to unchanged

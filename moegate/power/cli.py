@@ -3,7 +3,8 @@
 The command line of ``python -m moegate.power``: it runs one power run, writes
 ``power.md`` / ``power.json`` (and appends the page to ``$GITHUB_STEP_SUMMARY``),
 and exits 0 when every mutant is killed or reviewed equivalent, 1 when not, 2 on a
-broken run (one line saying why), 130 when interrupted.
+broken run (one line saying why), 130 when interrupted. ``python -m moegate.power join SHARD_DIR... --out DIR``
+joins the reports of one run's ``--shard K/N`` runs into the group's report (``moegate.power.shards``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ from moegate.power.run import run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["join"]:
+        from moegate.power.shards import main as join
+
+        return join(args_in[1:])
     p = argparse.ArgumentParser(prog="python -m moegate.power", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument(
         "--vllm-python", required=True, help="Python of the environment whose installed vLLM is mutated (never written)"
@@ -68,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="trace one unmutated run; mutants on lines it never executes are 'unreached' survivors, not run",
     )
     p.add_argument("--shard", default=None, help="K/N: run every N-th mutant in scope from the K-th (0-based)")
-    args = p.parse_args(argv)
+    args = p.parse_args(args_in)
 
     def _term(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

@@ -87,6 +87,7 @@ class Outcome:
     suite_rev: str = "unknown"
     vllm_python: str = ""  # the interpreter the test runs' build was made from
     groups: list[str] = field(default_factory=lambda: ["dispatch"])  # the region groups mutated (regions.GROUPS)
+    shards: list[str] = field(default_factory=list)  # "K/N" of each shard this outcome holds; [] for a whole run
 
     def count(self, status: str) -> int:
         return sum(1 for m in self.mutants if m.status == status)
@@ -100,9 +101,19 @@ class Outcome:
         return score({s: self.count(s) for s in SCORED})
 
     @property
+    def missing_shards(self) -> list[str]:
+        """The shards of the split this outcome lacks ("K/N"); [] for a whole run or a complete set."""
+        if not self.shards:
+            return []
+        n = int(self.shards[0].split("/")[1])
+        have = {int(s.split("/")[0]) for s in self.shards}
+        return [f"{k}/{n}" for k in range(n) if k not in have]
+
+    @property
     def passed(self) -> bool:
         return (
-            self.count("survived") == 0
+            not self.missing_shards
+            and self.count("survived") == 0
             and self.count("unreached") == 0
             and self.count("incompetent") == 0
             and self.count("pending") == 0

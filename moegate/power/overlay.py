@@ -24,13 +24,20 @@ from pathlib import Path
 from moegate.serve.processes import pid_alive
 
 WORKDIR_PREFIX = "moegate-power-"
+CLAIM_PREFIX = "moegate-claim-power-"  # a work directory before it is marked: clean_stale_workdirs never sees it
 SUITE_PATHS = ("moegate", "strategies", "tests", "golden", "pyproject.toml")
 
 
-def make_workdir() -> Path:
-    """A fresh work directory in the temp dir, marked with this process's pid (see ``clean_stale_workdirs``)."""
-    work = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
-    (work / "owner.pid").write_text(str(os.getpid()))
+def make_workdir(tmp: Path | None = None) -> Path:
+    """A fresh work directory in the temp dir, marked with this process's pid (see ``clean_stale_workdirs``).
+
+    It is made under another name, marked, then renamed into ``WORKDIR_PREFIX``: a run starting beside this
+    one (shards side by side) cleans stale directories, and would take an unmarked one for a dead run's.
+    """
+    claim = Path(tempfile.mkdtemp(prefix=CLAIM_PREFIX, dir=tmp))
+    (claim / "owner.pid").write_text(str(os.getpid()))
+    work = claim.with_name(WORKDIR_PREFIX + claim.name.removeprefix(CLAIM_PREFIX))
+    claim.rename(work)
     return work
 
 

@@ -41,6 +41,15 @@ def render_markdown(o: Outcome) -> str:
         "| measure | value |",
         "| --- | --- |",
         f"| mutants in scope | {len(o.mutants)} |",
+        *(
+            [
+                f"| shards | {', '.join(o.shards)}"
+                + (f"; MISSING {', '.join(o.missing_shards)}" if o.missing_shards else "")
+                + " |"
+            ]
+            if o.shards
+            else []
+        ),
         "| time to first failing example (s, vLLM import excluded) | "
         + (f"median {sorted(times)[len(times) // 2]:.2f}, max {max(times):.2f}" if times else "-")
         + " |",

@@ -142,7 +142,7 @@ def run(
                 mutants = keep_only(work / "session.sqlite", mutants, only, limit, shard)
             return _outcome(
                 version, package_dir, command, test_command or default_test_command(), vllm_python, regions, mutants,
-                {}, t_start, before, equivalents, budget_s, suite_rev, groups,
+                {}, t_start, before, equivalents, budget_s, suite_rev, groups, shard,
             )  # fmt: skip
         build_python = make_test_build(work, vllm_python, work / "overlay", suite)
         command_run = test_command.replace(BUILD_PYTHON, shlex.quote(str(build_python)))
@@ -218,7 +218,7 @@ def run(
 
     return _outcome(
         version, package_dir, command, test_command, vllm_python, regions, mutants, baseline, t_start, before,
-        equivalents, budget_s, suite_rev, groups,
+        equivalents, budget_s, suite_rev, groups, shard,
     )  # fmt: skip
 
 
@@ -315,6 +315,7 @@ def _outcome(
     budget_s: float,
     suite_rev: str,
     groups: Sequence[str],
+    shard: tuple[int, int] | None = None,
 ) -> Outcome:
     ids = {m.id for m in mutants}
     return Outcome(
@@ -336,4 +337,5 @@ def _outcome(
         budget_s=budget_s,
         suite_rev=suite_rev,
         groups=list(groups),
+        shards=[] if shard is None else [f"{shard[0]}/{shard[1]}"],
     )

@@ -14,12 +14,21 @@
 #                         each plus ~3 min: each about 7-9 min (needs cosmic-ray in POWER_SITE, default
 #                         $HOME/power-site: ../shared/tools/gpu-wheelhouse.sh .gpu/power "cosmic-ray>=8.7,<9" here,
 #                         then bash .gpu/power/part1/install.sh $HOME/power-site there)
+#   power-all             every shard of both groups side by side on the one GPU (offload 0..4/5, kernel 0..5/6,
+#                         STAGGER_S apart), each bounded by POWER_SHARD_TIMEOUT_S (default 1500: longer than a call,
+#                         so run it through tools/gpu/background.sh) with POWER_MUTANT_TIMEOUT_S per mutant (default
+#                         240: a mutant's tests run beside ten others, and a mutant cut by its timeout would count as
+#                         killed), then each group's shards joined into $OUT/power-offload and $OUT/power-kernel
+#                         (python -m moegate.power join). The builds are made once, before the shards start.
 # The script exits with its step's status.
 set -uo pipefail
 : "${OUT:?}"
 export VLLM_USE_FLASHINFER_SAMPLER=0 TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/triton-offload}
 site=${VLLM_SITE:-$HOME/vllm-site}
-build() { python3 -m moegate.vllm.planted "$1" --python python3 "${@:2}" >/dev/null || exit 2; echo "$1/bin/python"; }
+build() {  # DEST SITE...: made once (shards side by side must not remake a build another shard runs from)
+    [ -x "$1/bin/python" ] || python3 -m moegate.vllm.planted "$1" --python python3 "${@:2}" >/dev/null || exit 2
+    echo "$1/bin/python"
+}
 step=$1
 shift
 case $step in
@@ -51,13 +60,39 @@ power)
     esac
     out="$OUT/power-$group-${shard/\//of}"
     MOEGATE_POWER_COMMAND="tools/gpu/offload_runs.sh power $group $shard" \
-        timeout 580 "$tool" -m moegate.power --vllm-python "$py" --regions "$group" --prune-unreached \
-        --shard "$shard" --timeout 90 --test-command "$cmd" --out "$out" >"$out.log" 2>&1
+        timeout "${POWER_SHARD_TIMEOUT_S:-580}" "$tool" -m moegate.power --vllm-python "$py" --regions "$group" \
+        --prune-unreached --shard "$shard" --timeout "${POWER_MUTANT_TIMEOUT_S:-90}" --test-command "$cmd" \
+        --out "$out" >"$out.log" 2>&1
     rc=$?
     sed -n '1,12p' "$out/power.md" 2>/dev/null
     echo "power $group $shard: exit $rc" ;;
+power-all)
+    build "$HOME/offload-b033" --site "$site" >/dev/null
+    tool=$(build "$HOME/offload-power-tool" --site "${POWER_SITE:-$HOME/power-site}")
+    export POWER_SHARD_TIMEOUT_S=${POWER_SHARD_TIMEOUT_S:-1500} POWER_MUTANT_TIMEOUT_S=${POWER_MUTANT_TIMEOUT_S:-240}
+    t0=$SECONDS
+    for s in offload:0/5 offload:1/5 offload:2/5 offload:3/5 offload:4/5 \
+        kernel:0/6 kernel:1/6 kernel:2/6 kernel:3/6 kernel:4/6 kernel:5/6; do
+        bash "$0" power "${s%%:*}" "${s#*:}" >"$OUT/step-${s%%:*}-${s#*:}.txt" 2>&1 &
+        sleep "${STAGGER_S:-5}"
+    done
+    wait
+    echo "power-all: shards ended in $((SECONDS - t0)) s"
+    cat "$OUT"/step-*.txt | grep "^power "
+    rc=0
+    for g in offload kernel; do
+        done_shards=$(ls -d "$OUT/power-$g"-*of[0-9]/power.json 2>/dev/null | xargs -r -n1 dirname)  # a cut one: MISSING
+        [ -n "$done_shards" ] || { echo "power $g: no shard finished"; rc=1; continue; }
+        "$tool" -m moegate.power join $done_shards --out "$OUT/power-$g" \
+            --command "tools/gpu/offload_runs.sh power-all (shard timeout ${POWER_SHARD_TIMEOUT_S} s, mutant timeout ${POWER_MUTANT_TIMEOUT_S} s)" \
+            >"$OUT/power-$g.join.log" 2>&1
+        r=$?
+        echo "power $g joined: exit $r"
+        sed -n '3p' "$OUT/power-$g/power.md" 2>/dev/null || tail -n 1 "$OUT/power-$g.join.log"
+        [ $r -eq 0 ] || rc=$r
+    done ;;
 *)
-    echo "usage: tools/gpu/offload_runs.sh truth | tests | power offload|kernel K/N" >&2
+    echo "usage: tools/gpu/offload_runs.sh truth | tests | power offload|kernel K/N | power-all" >&2
     rc=2 ;;
 esac
 exit $rc

@@ -9,13 +9,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from moegate.power import overlay
 from moegate.power.outcome import BUILD_PYTHON
-from moegate.power.overlay import WORKDIR_PREFIX, build_overlay, clean_stale_workdirs
+from moegate.power.overlay import WORKDIR_PREFIX, build_overlay, clean_stale_workdirs, make_workdir
 from moegate.power.regions import FUSED_MOE, TRITON_MOE
 from moegate.power.run import ROOT, make_test_build
 from moegate.serve.processes import descendants
@@ -79,6 +81,22 @@ def test_stale_overlays_of_dead_runs_are_removed(tmp_path: Path) -> None:
         (d / "owner.pid").write_text(str(pid))
     assert clean_stale_workdirs(tmp_path) == [dead]
     assert live.exists() and not dead.exists()
+
+
+def test_a_run_starting_beside_another_never_removes_its_new_work_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = tempfile.mkdtemp
+
+    def cleaned_at_the_worst_moment(**kw: object) -> str:
+        path = made(**kw)  # type: ignore[call-overload]
+        clean_stale_workdirs(tmp_path)  # another shard starting now
+        return str(path)
+
+    monkeypatch.setattr(overlay.tempfile, "mkdtemp", cleaned_at_the_worst_moment)
+    work = make_workdir(tmp_path)
+    assert work.name.startswith(WORKDIR_PREFIX) and (work / "owner.pid").read_text() == str(os.getpid())
+    assert clean_stale_workdirs(tmp_path) == [] and work.exists()
 
 
 needs_tool = pytest.mark.skipif(
