@@ -24,13 +24,12 @@ from moegate.power.errors import PowerError
 from moegate.power.regions import GROUPS, group_specs
 from moegate.power.report import render_markdown, to_json
 from moegate.power.run import run
+from moegate.power.shards import main as join
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["join"]:
-        from moegate.power.shards import main as join
-
         return join(args_in[1:])
     p = argparse.ArgumentParser(prog="python -m moegate.power", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument(

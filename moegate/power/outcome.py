@@ -8,13 +8,15 @@ survivors do not fail the run.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from moegate.power.errors import PowerError
-from moegate.power.regions import Region
+from moegate.power.regions import GROUPS, Region
+
+GROUP_NAMES = tuple(GROUPS)
 
 BUILD_PYTHON = "{python}"  # in a test command: the test build's interpreter (overlay and frozen suite first)
 
@@ -56,8 +58,13 @@ def score(counts: Mapping[str, int]) -> float | None:
     return None if not scored else (counts.get("killed", 0) + counts.get("timeout", 0)) / scored
 
 
-def load_equivalents(path: Path) -> dict[str, str]:
-    """Reviewed equivalent mutants: id -> reason. Every entry needs a non-empty reason."""
+def load_equivalents(path: Path, groups: Sequence[str] | None = None) -> dict[str, str]:
+    """Reviewed equivalent mutants: id -> reason. Every entry needs a non-empty reason.
+
+    An entry names the region group it was reviewed in (``group = "kernel"``; default ``dispatch``);
+    ``groups`` keeps only those groups' entries, so a run of one group never calls another group's
+    entries stale. ``None``: every entry.
+    """
     if not path.exists():
         return {}
     data = tomllib.loads(path.read_text())
@@ -66,8 +73,25 @@ def load_equivalents(path: Path) -> dict[str, str]:
         reason = entry.get("reason", "").strip() if isinstance(entry, dict) else ""
         if not reason:
             raise PowerError(f"{path}: equivalent mutant {key!r} has no reason; say why it cannot change behaviour")
-        out[key] = reason
+        group = entry.get("group", "dispatch")
+        if group not in GROUP_NAMES:
+            raise PowerError(
+                f"{path}: equivalent mutant {key!r}: group {group!r} is not one of {', '.join(GROUP_NAMES)}"
+            )
+        if groups is None or group in groups:
+            out[key] = reason
     return out
+
+
+def apply_equivalents(mutants: Sequence[Mutant], equivalents: Mapping[str, str]) -> list[str]:
+    """Mark the run's survivors the review calls equivalent (and un-mark those it no longer does), as a run would;
+    return the reviewed entries that match no mutant here (stale)."""
+    for m in mutants:
+        if m.status in ("survived", "equivalent"):
+            m.status = "equivalent" if m.id in equivalents else "survived"
+            m.reason = equivalents.get(m.id, "")
+    ids = {m.id for m in mutants}
+    return sorted(k for k in equivalents if k not in ids)
 
 
 @dataclass

@@ -115,7 +115,7 @@ def run(
     if missing:
         find_regions(sources, specs)  # reports the missing files together with anything else missing
     regions = find_regions(sources, specs, where=f"vLLM {version} at {package_dir}")
-    equivalents = load_equivalents(equivalents_file)
+    equivalents = load_equivalents(equivalents_file, groups)
     before = {f: sha256_file(package_dir / f) for f in files}
 
     clean_stale_workdirs()

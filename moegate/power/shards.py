@@ -18,12 +18,13 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from moegate.paths import EQUIVALENT_MUTANTS
 from moegate.power.errors import PowerError
-from moegate.power.outcome import Mutant, Outcome
+from moegate.power.outcome import Mutant, Outcome, apply_equivalents, load_equivalents
 from moegate.power.report import render_markdown, to_json
 
 _SAME = ("vllm_version", "installed_hashes", "test_command", "groups", "suite_rev")
@@ -47,8 +48,12 @@ def load(shard_dir: Path) -> Outcome:
         raise PowerError(f"{path}: not a power report ({exc})") from None
 
 
-def merge(outcomes: Sequence[Outcome], command: str = "") -> Outcome:
-    """The run the shards make together: every mutant once; the wall time of the longest shard."""
+def merge(outcomes: Sequence[Outcome], command: str = "", equivalents: Mapping[str, str] | None = None) -> Outcome:
+    """The run the shards make together: every mutant once; the wall time of the longest shard.
+
+    ``equivalents`` (id -> reason, the group's reviewed entries): applied to the joined survivors as a run applies
+    them, so a review made after the run counts without running it again; ``None`` keeps each shard's own.
+    """
     if not outcomes:
         raise PowerError("no shards to merge")
     first = outcomes[0]
@@ -75,9 +80,13 @@ def merge(outcomes: Sequence[Outcome], command: str = "") -> Outcome:
                 raise PowerError(f"mutant {m.id} is in shards {seen[m.id]} and {s}")
             seen[m.id] = s
             mutants.append(m)
-    stale = set(first.stale_equivalents)
-    for o in outcomes[1:]:
-        stale &= set(o.stale_equivalents)  # stale only where no shard met it
+    if equivalents is None:
+        stale = set(first.stale_equivalents)
+        for o in outcomes[1:]:
+            stale &= set(o.stale_equivalents)  # stale only where no shard met it
+    else:
+        mutants = [dataclasses.replace(m) for m in mutants]
+        stale = set(apply_equivalents(mutants, equivalents))
     longest = max(outcomes, key=lambda o: o.wall_s)
     return dataclasses.replace(
         first,
@@ -96,9 +105,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("shard_dirs", nargs="+", type=Path, help="each shard's --out folder (power.json inside)")
     p.add_argument("--out", required=True, type=Path, help="where the joined power.md and power.json go")
     p.add_argument("--command", default="", help="the command that ran the shards (the report's Command line)")
+    p.add_argument(
+        "--equivalents",
+        type=Path,
+        default=EQUIVALENT_MUTANTS,
+        help="the reviewed equivalent mutants applied to the joined survivors (default: the project's)",
+    )
     args = p.parse_args(argv)
     try:
-        outcome = merge([load(d) for d in args.shard_dirs], command=args.command)
+        shards = [load(d) for d in args.shard_dirs]
+        groups = shards[0].groups if shards else []
+        outcome = merge(shards, command=args.command, equivalents=load_equivalents(args.equivalents, groups))
     except PowerError as exc:
         print(f"moegate power join: {exc}", file=sys.stderr)
         return 2

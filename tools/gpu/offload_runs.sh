@@ -8,7 +8,8 @@
 #   tests                 the GPU tests: tests/kernels/test_offload_layer_truth.py (18 cases, seconds) and
 #                         tests/kernels/test_offload_truth.py (the plan's gated runs again, as a test): about 4 min
 #   power GROUP K/N       moegate.power on the GPU: GROUP offload (killed by the layer truth test and the marker
-#                         lifecycle) or kernel (killed by the kernel properties), shard K of N of the group's
+#                         lifecycle) or kernel (killed by the kernel properties and the census's kernel tests: the
+#                         biases and clamp limits are drawn there only), shard K of N of the group's
 #                         mutants, unreached ones pruned by one traced run. offload: 94 mutants, 0/5 is ~19 of
 #                         them, ~15-20 s each plus ~2 min of baseline and trace; kernel: 65 mutants, 0/6 is ~11, ~25 s
 #                         each plus ~3 min: each about 7-9 min (needs cosmic-ray in POWER_SITE, default
@@ -55,7 +56,7 @@ power)
     # the tests that reach each group's code; -k's expression stays one argument through the harness's shlex split
     case $group in
     offload) cmd="{python} -m pytest tests/kernels/test_offload_layer_truth.py tests/kernels/test_marker_lifecycle.py -x -q -p moegate.power.plugin -p no:cacheprovider" ;;
-    kernel) cmd="{python} -m pytest tests/kernels/test_kernel_properties.py -k 'test_output_matches_reference or test_fp8_weights' -x -q -p moegate.power.plugin -p no:cacheprovider" ;;
+    kernel) cmd="{python} -m pytest tests/kernels/test_kernel_properties.py tests/kernels/test_kernel_census.py -k 'test_output_matches_reference or test_fp8_weights or test_census_activations or test_biases or test_naive_and_sorted_agree_bitwise_with_biases' -x -q -p moegate.power.plugin -p no:cacheprovider" ;;
     *) echo "power: GROUP is offload or kernel" >&2; exit 2 ;;
     esac
     out="$OUT/power-$group-${shard/\//of}"
@@ -73,7 +74,8 @@ power-all)
     t0=$SECONDS
     for s in offload:0/5 offload:1/5 offload:2/5 offload:3/5 offload:4/5 \
         kernel:0/6 kernel:1/6 kernel:2/6 kernel:3/6 kernel:4/6 kernel:5/6; do
-        bash "$0" power "${s%%:*}" "${s#*:}" >"$OUT/step-${s%%:*}-${s#*:}.txt" 2>&1 &
+        k=${s#*:}
+        bash "$0" power "${s%%:*}" "$k" >"$OUT/step-${s%%:*}-${k/\//of}.txt" 2>&1 &
         sleep "${STAGGER_S:-5}"
     done
     wait

@@ -144,6 +144,17 @@ def test_the_committed_equivalents_file_parses() -> None:
     assert isinstance(load_equivalents(EQUIVALENTS_FILE), dict)
 
 
+def test_an_equivalent_counts_only_in_the_group_it_was_reviewed_in(tmp_path: Path) -> None:
+    f = tmp_path / "eq.toml"
+    f.write_text('[mutant."a:b:C@+1:2"]\nreason = "r"\n[mutant."k:b:C@+1:2"]\nreason = "s"\ngroup = "kernel"\n')
+    assert load_equivalents(f, ["dispatch"]) == {"a:b:C@+1:2": "r"}  # no group: dispatch, as before groups
+    assert load_equivalents(f, ["kernel", "offload"]) == {"k:b:C@+1:2": "s"}
+    assert len(load_equivalents(f)) == 2
+    f.write_text('[mutant."a:b:C@+1:2"]\nreason = "r"\ngroup = "kernels"\n')
+    with pytest.raises(PowerError, match="group 'kernels' is not one of dispatch, kernel, offload"):
+        load_equivalents(f)
+
+
 def test_plugin_line_is_read_back() -> None:
     out = "....F\n" + summary_line.MARK + ' {"first_failure_s": 1.5, "failing_test": "t"}\n1 failed\n'
     assert summary_line.read(out) == {"first_failure_s": 1.5, "failing_test": "t"}

@@ -41,6 +41,15 @@ def test_every_shard_joins_into_one_passing_report_with_the_longest_wall() -> No
     assert joined.stale_equivalents == ["eq-a"]  # stale only where no shard met it
 
 
+def test_a_review_made_after_the_run_counts_when_the_shards_are_joined() -> None:
+    shards = [_shard(0, 2, ["survived", "killed"]), _shard(1, 2, ["survived"])]
+    joined = merge(shards, equivalents={"m0-0": "the kernel never reads it", "m1-0": "same", "gone": "old"})
+    assert [m.status for m in joined.mutants] == ["equivalent", "killed", "equivalent"] and joined.passed
+    assert joined.mutants[0].reason == "the kernel never reads it" and joined.stale_equivalents == ["gone"]
+    assert shards[0].mutants[0].status == "survived"  # the shards' own outcomes are left as they were
+    assert not merge(shards, equivalents={"m0-0": "only one"}).passed
+
+
 def test_a_missing_shard_is_named_and_keeps_the_report_from_passing() -> None:
     joined = merge([_shard(0, 3, ["killed"]), _shard(2, 3, ["killed"])])
     assert joined.missing_shards == ["1/3"] and not joined.passed
