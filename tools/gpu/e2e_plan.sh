@@ -46,9 +46,18 @@
 # it ends, prints its line and writes $OUT/PLAN/LABEL.tar.xz (its folder: driver log, e2e.md, scores.json, gate
 # JSONs, server logs, wall.txt, both promises' pages); at the end $OUT/PLAN-references.tar.xz (the reference
 # servers' logs) and each pair's verdicts.
+#
+# Every server gets TORCHINDUCTOR_DETERMINISTIC=1 unless the caller sets it (0 to serve exactly as a user's default
+# does): with torch.compile on, Inductor times candidate configs of its reduction kernels on the device and keeps the
+# fastest, so two compiles of the same code can sum in different orders. On the panel of 2026-12-02 (it ran without
+# the variable) same-build pairs whose servers compiled apart re-rounded against each other and failed `identical`,
+# while pairs that loaded one compiled graph agreed bit for bit (results/e2e-promises-h200.md). The variable makes
+# the choice without timing, the same on both sides of a pair; tools/gpu/probes/compile_sharing.sh measures whether
+# it is enough (its `determ` arm).
 set -u
 : "${OUT:?run on the device: \$OUT is where results go}"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
+export TORCHINDUCTOR_DETERMINISTIC=${TORCHINDUCTOR_DETERMINISTIC:-1}
 [ $# -gt 0 ] || { echo "usage: e2e_plan.sh PLANFILE..." >&2; exit 2; }
 for p in "$@"; do [ -f "$p" ] || { echo "e2e_plan.sh: no plan file $p" >&2; exit 2; }; done
 name=$(for p in "$@"; do basename "$p" .plan; done | paste -sd_)

@@ -21,6 +21,9 @@ args = sys.argv[1:]
 me = pathlib.Path(sys.argv[0])
 with open(os.environ["SHIM_LOG"], "a") as fh:
     fh.write(json.dumps([str(me), *args]) + "\\n")
+if args[:2] in (["-m", "moegate.e2e"], ["-m", "tools.gpu.e2e_serve"]):  # what the servers they start inherit
+    with open(os.environ["SHIM_LOG"] + ".env", "a") as fh:
+        fh.write(os.environ.get("TORCHINDUCTOR_DETERMINISTIC", "unset") + "\\n")
 def module(name):
     return args[:2] == ["-m", name]
 if module("moegate.vllm.planted"):
@@ -49,7 +52,9 @@ resident  trained  033@res  033                  greedy  identical
 """
 
 
-def _plan(tmp_path: Path, max_pairs: str) -> tuple[list[list[str]], str, subprocess.CompletedProcess[str]]:
+def _plan(
+    tmp_path: Path, max_pairs: str, extra_env: dict[str, str] | None = None
+) -> tuple[list[list[str]], str, subprocess.CompletedProcess[str]]:
     home, out, shim = tmp_path / "home", tmp_path / "out", tmp_path / "bin"
     for d in (home, out, shim):
         d.mkdir(parents=True, exist_ok=True)
@@ -61,8 +66,10 @@ def _plan(tmp_path: Path, max_pairs: str) -> tuple[list[list[str]], str, subproc
     env = {
         **os.environ, "HOME": str(home), "OUT": str(out), "DATA": str(tmp_path), "SHIM_LOG": str(log),
         "SHIM": str(shim / "python3"), "SHIM_RUNNING": str(running), "PATH": f"{shim}:{os.environ['PATH']}",
-        "STAGGER_S": "0", "MAX_PAIRS": max_pairs, "BUDGET_S": "120",
+        "STAGGER_S": "0", "MAX_PAIRS": max_pairs, "BUDGET_S": "120", **(extra_env or {}),
     }  # fmt: skip
+    if "TORCHINDUCTOR_DETERMINISTIC" not in (extra_env or {}):
+        env.pop("TORCHINDUCTOR_DETERMINISTIC", None)  # the script's default is what is checked
     proc = subprocess.run(
         ["bash", str(SCRIPT), str(plan)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=100, check=False
     )
@@ -94,6 +101,8 @@ def test_each_pair_is_judged_against_its_own_bases_version_re_rounded_where_its_
     assert reference == {"same": "033_reround_3", "bug": "033_reround_3", "old": "032_reround_3",
                          "resident": "033_reround_3"}  # fmt: skip
     assert all("--reference-url" in c for c in by_label.values())
+    # every pair's driver and every reference server pick compiled kernels without timing them (e2e_plan.sh's header)
+    assert set((tmp_path / "calls.jsonl.env").read_text().split()) == {"1"}
 
 
 def test_at_most_max_pairs_run_at_once(tmp_path):

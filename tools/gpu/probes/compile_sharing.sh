@@ -10,11 +10,16 @@
 #   separate  started 80 s later, side by side, each server with a compile cache of its own (VLLM_CACHE_ROOT): both
 #             compile, as the panel's pairs did
 #
-# If compiling apart is the cause, `shared` PASSes and `separate` FAILs. From the checkout root on the device after
+#   determ    as `separate`, with TORCHINDUCTOR_DETERMINISTIC=1 on both servers: Inductor then picks its reduction
+#             kernels' configs without timing them on the device (the suspected cause: two compiles time the
+#             candidates apart, pick differently, and sum in another order); the other two arms set it to 0
+#
+# If compiling apart is the cause, `shared` PASSes and `separate` FAILs; if timing-based choices are, `determ` PASSes
+# too, and e2e_plan.sh's default (TORCHINDUCTOR_DETERMINISTIC=1 for every server) is the remedy. From the checkout root on the device after
 # the 0.33.0 and lm-eval installs (tools/gpu/README.md), with the prompts' texts (`python -m moegate.e2e prompts
 # --export`) copied to $HOME/data/prompts.jsonl in an install call: a carry is gone from the checkout in every call
 # that does not name it (2026-12-02: this probe's first call found none and both pairs stopped at once, exit 2).
-# Writes $OUT/{shared,separate}.log, walls.txt, {shared,separate}.tar.xz.
+# Writes $OUT/{shared,separate,determ}.log, walls.txt, {shared,separate,determ}.tar.xz.
 set -u
 : "${OUT:?run on the device: \$OUT is where results go}"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
@@ -38,10 +43,14 @@ pair() {  # NAME SERVER-ARGS [EXTRA...]
   echo "$name: exit $rc wall_s $(($(date +%s) - s))" | tee -a "$OUT/walls.txt"
   tar -C "$HOME/probe" --exclude=golden -cJf "$OUT/$name.tar.xz" "$name"
 }
+D0=TORCHINDUCTOR_DETERMINISTIC=0 D1=TORCHINDUCTOR_DETERMINISTIC=1
 pair shared "$BASE_ARGS --gpu-memory-utilization 0.1" --base-env="VLLM_CACHE_ROOT=$HOME/cache-shared" \
-  --pr-env="VLLM_CACHE_ROOT=$HOME/cache-shared" &
+  --pr-env="VLLM_CACHE_ROOT=$HOME/cache-shared" --base-env=$D0 --pr-env=$D0 &
 sleep 80
 pair separate "$BASE_ARGS --gpu-memory-utilization 0.04 --kv-cache-memory-bytes 1073741824" \
-  --base-env="VLLM_CACHE_ROOT=$HOME/cache-base" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-pr" &
+  --base-env="VLLM_CACHE_ROOT=$HOME/cache-base" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-pr" --base-env=$D0 --pr-env=$D0 &
+sleep 5
+pair determ "$BASE_ARGS --gpu-memory-utilization 0.04 --kv-cache-memory-bytes 1073741824" \
+  --base-env="VLLM_CACHE_ROOT=$HOME/cache-dbase" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-dpr" --base-env=$D1 --pr-env=$D1 &
 wait
-grep -hE "^(PASS|FAIL)  (scored|decode)" "$OUT/shared.log" "$OUT/separate.log" | cut -c1-260
+grep -hE "^(PASS|FAIL)  (scored|decode)" "$OUT/shared.log" "$OUT/separate.log" "$OUT/determ.log" | cut -c1-260
