@@ -44,8 +44,9 @@
 # end), none started with less than MIN_PAIR_S of the budget left; every pair is stopped by BUDGET_S after the
 # first (the call's limit is 600 s; a plan longer than a call runs through tools/gpu/background.sh). Each pair, as
 # it ends, prints its line and writes $OUT/PLAN/LABEL.tar.xz (its folder: driver log, e2e.md, scores.json, gate
-# JSONs, server logs, wall.txt, both promises' pages); at the end $OUT/PLAN-references.tar.xz (the reference
-# servers' logs) and each pair's verdicts.
+# JSONs, server logs, wall.txt, both promises' pages, and compact.npz, the per-token numbers small enough to commit:
+# tools/gpu/compact_run.py); at the end $OUT/PLAN-references.tar.xz (the reference servers' logs) and each pair's
+# verdicts.
 #
 # Every server gets TORCHINDUCTOR_DETERMINISTIC=1 unless the caller sets it (0 to serve exactly as a user's default
 # does): with torch.compile on, Inductor times candidate configs of its reduction kernels on the device and keeps the
@@ -206,6 +207,8 @@ while read -r label model base pr gates promise; do
         --promise "$other" --server-args "$ARGS" --max-tokens "$TOKENS" --golden-dir "$out/golden" \
         --report "$out/e2e-$other.md" >"$out/compare-$other.log" 2>&1
       echo "$other exit $?" >>"$out/wall.txt"
+      # the per-token numbers, small enough to commit (scores.json and the greedy records are up to 11 MB a pair)
+      "$DRIVER" -m tools.gpu.compact_run "$out/run" "$out/compact.npz" >>"$out/compare-$other.log" 2>&1
     fi
     # what a cut call still brings back: the pair's line now, its small files (no server weights, no goldens)
     echo "pair $label: $(tr '\n' ' ' <"$out/wall.txt")"
