@@ -62,14 +62,17 @@ def tests(session: nox.Session) -> None:
     "version", [nox.param(v, id=v, tags=["tests"] if v == envs.UNIT_PYTHONS[-1] else []) for v in envs.UNIT_PYTHONS]
 )
 def unit(session: nox.Session, version: str) -> None:
-    """Unit tier (no vLLM, no GPU) on each Python pyproject's classifiers name (`-s "unit(3.12)"`: one); args to pytest.
+    """Unit tier (no vLLM, no GPU) on each Python pyproject's classifiers name (`-s "unit(3.12)"`: one); args to pytest
+    (a path among them, `-- tests/unit/e2e/test_greedy.py`, runs instead of the whole tier).
 
     The test command (`nox -s tests`) runs it on the newest of them only: on 2 cores a second full run cost 238 s of
     the 735 s wall (results/ci-time.md), and the oldest Python still type-checks the tree (`lint`) and drives the
     smokes. `nox -s unit` runs every version, as the hosted `unit` job does (.github/workflows/gate.yml)."""
     py = envs.unit_python(session, version)
     path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the bad-input tests call `nox` itself
-    session.run(str(py), "-m", "pytest", "tests/unit", *session.posargs, env={"PATH": path}, external=True)
+    # a path among the args (`-- tests/unit/e2e/test_greedy.py`) is what runs; without one, the whole tier
+    where = [] if any(a.startswith("tests/unit") for a in session.posargs) else ["tests/unit"]
+    session.run(str(py), "-m", "pytest", *where, *session.posargs, env={"PATH": path}, external=True)
 
 
 @nox.session(python=False, tags=["tests"])
