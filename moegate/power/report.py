@@ -20,6 +20,11 @@ def _build_note(o: Outcome) -> str:
     return f"; `{BUILD_PYTHON}`: a venv{made_from} with the overlay and the frozen suite first on its path"
 
 
+def _shards_row(o: Outcome) -> str:
+    missing = f"; MISSING {', '.join(o.missing_shards)}" if o.missing_shards else ""
+    return f"| shards | {', '.join(o.shards)}{missing} |"
+
+
 def render_markdown(o: Outcome) -> str:
     """The report page; plain GitHub Markdown, fit for $GITHUB_STEP_SUMMARY."""
     score = "n/a" if o.score is None else f"{100 * o.score:.1f} %"
@@ -41,15 +46,7 @@ def render_markdown(o: Outcome) -> str:
         "| measure | value |",
         "| --- | --- |",
         f"| mutants in scope | {len(o.mutants)} |",
-        *(
-            [
-                f"| shards | {', '.join(o.shards)}"
-                + (f"; MISSING {', '.join(o.missing_shards)}" if o.missing_shards else "")
-                + " |"
-            ]
-            if o.shards
-            else []
-        ),
+        *([_shards_row(o)] if o.shards else []),
         "| time to first failing example (s, vLLM import excluded) | "
         + (f"median {sorted(times)[len(times) // 2]:.2f}, max {max(times):.2f}" if times else "-")
         + " |",

@@ -113,9 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     try:
-        shards = [load(d) for d in args.shard_dirs]
-        groups = shards[0].groups if shards else []
-        outcome = merge(shards, command=args.command, equivalents=load_equivalents(args.equivalents, groups))
+        shards = [load(d) for d in args.shard_dirs]  # at least one: nargs="+"
+        outcome = merge(shards, command=args.command, equivalents=load_equivalents(args.equivalents, shards[0].groups))
     except PowerError as exc:
         print(f"moegate power join: {exc}", file=sys.stderr)
         return 2

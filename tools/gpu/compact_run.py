@@ -62,8 +62,10 @@ def compact(run_dir: Path) -> dict[str, np.ndarray]:
         raise ValueError(f"{run_dir}: no greedy-*.json and no scores.json: not an e2e run's raw folder")
     for label in labels:
         run = read_raw(run_dir, label, gsm8k_runs=False)
-        for name, passes in [*((str(c), v) for c, v in run.greedy.items()), *((f"repeat-{c}", v) for c, v in run.repeat.items())]:  # fmt: skip
-            _greedy(f"greedy/{label}/{name}", passes, out)
+        for c, passes in run.greedy.items():
+            _greedy(f"greedy/{label}/{c}", passes, out)
+        for c, passes in run.repeat.items():
+            _greedy(f"greedy/{label}/repeat-{c}", passes, out)
     if data is not None:
         seqs = data.sequences
         for label, per in data.scores.items():
