@@ -119,6 +119,7 @@ def engine_kwargs(scenario: Scenario, spec: TinyMoESpec, *, cuda: bool, moe_back
     }
     if cuda:
         kw["gpu_memory_utilization"] = 0.15
+        kw["kv_cache_memory_bytes"] = offline.FIXED_KV_CACHE_BYTES  # no memory profiling: other GPU work can run beside
         # pin the Triton experts: the spec's "modular" entrypoint is TritonExperts.apply
         kw["moe_backend"] = moe_backend or "triton"
     elif moe_backend:

@@ -30,8 +30,6 @@ from moegate.vllm import offline, residency
 from moegate.vllm.offload_truth import Budget, judge, to_json
 
 ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1"}
-KV_CACHE_BYTES = 256 << 20
-"""A fixed KV cache: no memory profiling, so several engines start side by side on one GPU."""
 GPU_MEMORY_UTILIZATION = 0.05
 PROMPTS = ([5, 17, 42, 99], [7, 8, 9])
 
@@ -50,7 +48,7 @@ def engine_kwargs(spec: TinyMoESpec, budget_gb: float, segments: list[str], moe_
         "enable_prefix_caching": False,
         "async_scheduling": False,
         "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
-        "kv_cache_memory_bytes": KV_CACHE_BYTES,
+        "kv_cache_memory_bytes": offline.FIXED_KV_CACHE_BYTES,
         "moe_backend": moe_backend,
     }
     if budget_gb > 0:

@@ -9,6 +9,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+FIXED_KV_CACHE_BYTES = 256 << 20
+"""The KV cache every moegate offline engine on a GPU asks for (``kv_cache_memory_bytes``). Given a size, vLLM
+skips its memory profiling, which compares free memory before and after a dummy run and stops the engine when
+another process on the GPU let memory go in between (``AssertionError: Error in memory profiling``): on the
+H200 rehearsal of 2026-12-02 that stopped 3 and 5 engine scenarios of the kernels leg while the e2e legs' servers
+ran beside it. 256 MiB holds the engines' few short prompts (at most 256 positions) many times over."""
+
 
 def version() -> str:
     """The installed vLLM's version."""

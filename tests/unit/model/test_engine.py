@@ -69,7 +69,14 @@ def test_select_w2_selects_w2_only_in_the_nested_layout():
 
 def test_cpu_runs_leave_gpu_only_arguments_out():
     kw = engine_kwargs(SCENARIOS["device"], SPEC, cuda=False, moe_backend=None)
-    assert "gpu_memory_utilization" not in kw and "moe_backend" not in kw
+    assert not {"gpu_memory_utilization", "kv_cache_memory_bytes", "moe_backend"} & set(kw)
+
+
+def test_gpu_engines_have_a_fixed_kv_cache_so_vllm_skips_memory_profiling():
+    # profiling stops an engine when other work on the GPU frees memory meanwhile (the H200 rehearsal, 2026-12-02)
+    for name in SCENARIOS:
+        kw = engine_kwargs(SCENARIOS[name], SPEC, cuda=True, moe_backend=None)
+        assert kw["kv_cache_memory_bytes"] == 256 << 20
 
 
 def test_prompts_are_fixed_and_in_vocabulary():
