@@ -320,6 +320,27 @@ class Divergence:
             return False, text
         return True, text
 
+    def against(self, tie: float, k: int = TOP_K) -> str | None:
+        """Where both re-scorings rank the two tokens alike, the build that decoded the one both put second.
+
+        ``"a"`` or ``"b"`` when each build's token is in the other's top ``k`` and the margins mirror each other
+        within ``tie`` (A's margin for its own token is B's against it: the same context, the same composition,
+        the same numbers up to noise); None when the two re-scorings disagree, which no decode noise explains.
+        """
+        a_top, b_top = dict(self.a_top[:k]), dict(self.b_top[:k])
+        if self.b_token not in a_top or self.a_token not in b_top:
+            return None
+        margin_a = a_top.get(self.a_token, max(a_top.values())) - a_top[self.b_token]
+        margin_b = b_top.get(self.b_token, max(b_top.values())) - b_top[self.a_token]
+        if abs(margin_a + margin_b) > tie or margin_a == 0:
+            return None
+        return "b" if margin_a > 0 else "a"
+
+
+def sign_test_greater(k: int, n: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, 1/2): the exact one-sided sign test (1.0 when n is 0)."""
+    return float(sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n) if n else 1.0
+
 
 def _fmt(top: Sequence[tuple[int, float]]) -> str:
     return ", ".join(f"{t}: {lp:.4f}" for t, lp in top)

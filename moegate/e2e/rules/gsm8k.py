@@ -257,7 +257,7 @@ def gsm8k_result(
             parts[-1] += f", difference in [{lo:+.3f}, {hi:+.3f}]"
             if lo <= -detect or hi >= detect:
                 reasons.append(f"{f}: exact_match difference [{lo:+.3f}, {hi:+.3f}] not shown inside +-{detect}")
-    unexplained = []
+    unexplained, sides = [], []
     for d in divergences:
         if "top" not in d:
             d["explained"] = bool(d.get("explained"))
@@ -269,6 +269,10 @@ def gsm8k_result(
             div = stats.Divergence(d["tokens"][a], d["tokens"][b], [tuple(p) for p in d["top"][a]],
                                    [tuple(p) for p in d["top"][b]])  # fmt: skip
             d["explained"], d["why"] = div.explain(tie)
+            if not d["explained"] and (side := div.against(tie)) is not None:
+                d["explained"], d["against"] = True, (a, b)[side == "b"]
+                d["why"] += f"; beyond the bound, the re-scorings agree: {d['against']} decoded their second choice"
+                sides.append(side)
         if not d["explained"]:
             unexplained.append(d)
     if unexplained:
@@ -277,6 +281,13 @@ def gsm8k_result(
             + ", ".join(str(d["doc_id"]) for d in unexplained[:20])
             + ")"
         )
+    pr_side = sides.count("b")
+    sign_p = stats.sign_test_greater(pr_side, len(sides))
+    if sign_p < stats.ALPHA_GSM8K / 2:
+        reasons.append(
+            f"the PR decoded the token both re-scorings put second in {pr_side} of {len(sides)} flips beyond the"
+            f" tie bound, sign test p={sign_p:.3g} < {stats.ALPHA_GSM8K / 2}"
+        )
     passed = not reasons
     discordant = sorted({*(x for t in tests.values() for x in (*t.a_only, *t.b_only))})
     summary = (
@@ -284,7 +295,9 @@ def gsm8k_result(
         + "; ".join(parts)
         + f"; repeat discordance {psi:.3f}; {len(divergences)} responses differ, "
         f"{len(divergences) - len(unexplained)} explained (tie bound {tie:.4f}, decode and batch noise; "
-        f"{sum(1 for d in divergences if d.get('unjudged'))} not judged by re-scoring, left to the exact test); "
+        f"{sum(1 for d in divergences if d.get('unjudged'))} not judged by re-scoring, left to the exact test; "
+        f"{len(sides)} beyond the bound with both re-scorings agreeing, the PR's the second choice in {pr_side}, "
+        f"sign test p={sign_p:.3g}); "
         "resolves an exact_match difference "
         f"of {resolves:.3f} (promise {detect}, needs {needed} questions, cap {cap})"
     )

@@ -136,6 +136,47 @@ def test_gsm8k_fails_an_unexplained_response_divergence_even_at_equal_scores():
     assert gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [near], 0.05, detect=1.0, cap=8).passed
 
 
+def _mirrored(doc_id: int, pr_second: bool, margin: float = 0.9) -> dict:
+    """A flip beyond the bound where both re-scorings agree: both put ``7`` first by ``margin``, and the build that
+    decoded ``9`` is the PR (``pr_second``) or the base."""
+    tokens = {"base": 7, "pr": 9} if pr_second else {"base": 9, "pr": 7}
+    top = [[7, -0.1], [9, -0.1 - margin]]
+    return {"doc_id": doc_id, "position": 3, "tokens": tokens, "top": {"base": top, "pr": top}}
+
+
+def test_gsm8k_flips_beyond_the_bound_where_both_rescorings_agree_pass_when_either_build_decoded_them():
+    """The same build against itself on the H200 (2026-12-02 rehearsal): one flip of 0.94 nats against a bound of
+    0.57, both re-scorings bit-identical; batch composition at decode moved it, and it moves either build's."""
+    a = _Run([1, 0, 1, 0, 1, 0, 1, 0])
+    flips = [_mirrored(i, pr_second=i % 2 == 0) for i in range(8)]
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], flips, 0.57, detect=1.0, cap=8)
+    assert res.passed, res.summary
+    assert "8 beyond the bound with both re-scorings agreeing, the PR's the second choice in 4" in res.summary
+    assert "doc 0 at token 3: explained: margins 0.9000 (A) and -0.9000 (B)" in res.details_markdown
+
+
+def test_gsm8k_fails_a_pr_that_decodes_the_second_choice_of_both_rescorings_again_and_again():
+    """A decode-only bug: the re-scoring (prefill) never reaches it, so both builds agree there, and only the PR's
+    decode leaves their first choice. Eight of eight is p = 0.0039 < 0.005; seven of seven is not enough."""
+    a = _Run([1, 0] * 4)
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [_mirrored(i, True) for i in range(8)], 0.57,
+                                  detect=1.0, cap=8)  # fmt: skip
+    assert not res.passed and "put second in 8 of 8 flips beyond the tie bound, sign test p=0.00391" in res.summary
+    assert gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [_mirrored(i, True) for i in range(7)], 0.57,
+                                   detect=1.0, cap=8).passed  # fmt: skip
+    # the base's decode leaving both re-scorings is not the PR's fault
+    assert gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [_mirrored(i, False) for i in range(8)], 0.57,
+                                   detect=1.0, cap=8).passed  # fmt: skip
+
+
+def test_a_flip_whose_rescorings_disagree_beyond_the_bound_stays_unexplained():
+    a = _Run([1, 0])
+    apart = {**_mirrored(1, True), "top": {"base": [[7, -0.1], [9, -1.0]], "pr": [[7, -0.1], [9, -2.5]]}}
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [apart], 0.57, detect=1.0, cap=8)
+    assert not res.passed and "1 of 1 differing responses unexplained" in res.summary
+    assert stats.sign_test_greater(0, 0) == 1.0 and stats.sign_test_greater(3, 3) == pytest.approx(0.125)
+
+
 def test_the_tie_bound_is_twice_the_runs_largest_same_build_change():
     data = _data()
     data.scores["base"][1]["s3"].logprobs[5] += 0.2
