@@ -321,20 +321,30 @@ class Divergence:
         return True, text
 
     def against(self, tie: float, k: int = TOP_K) -> str | None:
-        """Where both re-scorings rank the two tokens alike, the build that decoded the one both put second.
+        """Where both re-scorings rank the two tokens alike, the build that decoded the one both put lower.
 
-        ``"a"`` or ``"b"`` when each build's token is in the other's top ``k`` and the margins mirror each other
-        within ``tie`` (A's margin for its own token is B's against it: the same context, the same composition,
-        the same numbers up to noise); None when the two re-scorings disagree, which no decode noise explains.
+        The re-scorings agree when each build's token is in the other's top ``k`` and the margins mirror each
+        other within ``tie`` (A's margin for its own token is B's against it), or when the two top lists are the
+        same tokens in the same order, each log-probability within ``tie`` of its twin, and only one build's token
+        is in them (the other's below both lists). Then ``"a"`` or ``"b"``: the same context at the same
+        composition gave the same numbers, and the build named decoded what both rank lower. None when the
+        re-scorings disagree, which no decode noise explains, or when neither token is in the lists.
         """
         a_top, b_top = dict(self.a_top[:k]), dict(self.b_top[:k])
-        if self.b_token not in a_top or self.a_token not in b_top:
+        if self.b_token in a_top and self.a_token in b_top:
+            margin_a = a_top.get(self.a_token, max(a_top.values())) - a_top[self.b_token]
+            margin_b = b_top.get(self.b_token, max(b_top.values())) - b_top[self.a_token]
+            if abs(margin_a + margin_b) > tie or margin_a == 0:
+                return None
+            return "b" if margin_a > 0 else "a"
+        same_lists = [t for t, _ in self.a_top[:k]] == [t for t, _ in self.b_top[:k]] and all(
+            abs(x - y) <= tie for (_, x), (_, y) in zip(self.a_top[:k], self.b_top[:k], strict=True)
+        )
+        rank = {t: i for i, (t, _) in enumerate(self.a_top[:k])}
+        ra, rb = rank.get(self.a_token, k), rank.get(self.b_token, k)
+        if not same_lists or ra == rb:
             return None
-        margin_a = a_top.get(self.a_token, max(a_top.values())) - a_top[self.b_token]
-        margin_b = b_top.get(self.b_token, max(b_top.values())) - b_top[self.a_token]
-        if abs(margin_a + margin_b) > tie or margin_a == 0:
-            return None
-        return "b" if margin_a > 0 else "a"
+        return "b" if ra < rb else "a"
 
 
 def sign_test_greater(k: int, n: int) -> float:

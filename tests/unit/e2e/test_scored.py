@@ -177,6 +177,25 @@ def test_a_flip_whose_rescorings_disagree_beyond_the_bound_stays_unexplained():
     assert stats.sign_test_greater(0, 0) == 1.0 and stats.sign_test_greater(3, 3) == pytest.approx(0.125)
 
 
+def test_a_decoded_token_below_both_identical_rescored_lists_is_a_flip_of_the_sign_test_not_a_failure_alone():
+    """The H200 panel's attention re-rounding, doc 39: both builds re-scored the context to the same five candidates
+    (top -2.00, fifth -3.00) and the PR had decoded a sixth. One such flip is noise of the PR's decode; eight of
+    eight are a PR whose decode leaves what both builds compute at the same context."""
+    a = _Run([1, 0] * 4)
+    top = [[281, -2.0], [364, -2.8], [305, -2.9], [1284, -3.0], [483, -3.0]]
+    below = {"doc_id": 39, "position": 2, "tokens": {"base": 281, "pr": 265}, "top": {"base": top, "pr": top}}
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [below], 0.46, detect=1.0, cap=8)
+    assert res.passed, res.summary
+    assert "1 beyond the bound with both re-scorings agreeing, the PR's the second choice in 1" in res.summary
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [{**below, "doc_id": i} for i in range(8)], 0.46,
+                                  detect=1.0, cap=8)  # fmt: skip
+    assert not res.passed and "8 of 8 flips beyond the tie bound" in res.summary
+    # the same, but the PR's list is its own (another order): the builds compute apart, unexplained
+    other = {**below, "top": {"base": top, "pr": [[364, -1.0], [281, -2.0], *top[2:]]}}
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [other], 0.46, detect=1.0, cap=8)
+    assert not res.passed and "1 of 1 differing responses unexplained" in res.summary
+
+
 def test_the_tie_bound_is_twice_the_runs_largest_same_build_change():
     data = _data()
     data.scores["base"][1]["s3"].logprobs[5] += 0.2
@@ -221,6 +240,10 @@ def test_a_divergence_rescored_off_the_builds_own_top_lists_is_left_to_the_exact
     assert res.passed and "1 not judged by re-scoring" in res.summary, res.summary
     one_sided = {**off, "tokens": {"base": 50, "pr": 9}}
     res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [one_sided], 0.05, detect=1.0, cap=8)
+    assert res.passed and "1 beyond the bound with both re-scorings agreeing" in res.summary  # the same two lists
+    steep_own = [[60, -1.0], [61, -1.5], [62, -2.0], [63, -2.5], [64, -3.0]]  # the PR's list, not the base's
+    own = {**one_sided, "tokens": {"base": 50, "pr": 99}, "top": {"base": top, "pr": steep_own}}
+    res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [own], 0.05, detect=1.0, cap=8)
     assert not res.passed and "1 of 1 differing responses unexplained" in res.summary
     # the same, but the PR's list is flat (all five within the tie bound of its first): a token just below it can
     # be the first in decode, as the random model's was on the H200 (doc 228)
