@@ -26,7 +26,7 @@ from moegate.e2e.data import BuildRun, Options, ScoreData, gsm8k_cap, write_raw,
 from moegate.e2e.prompts import Prompt
 from moegate.serve.attached import AttachedServer
 from moegate.serve.build import Build, BuildError
-from moegate.serve.server import Server, gpu_memory_used_mib
+from moegate.serve.server import Server, gpu_pids
 
 
 def measure(
@@ -179,7 +179,7 @@ def start_together(servers: Sequence[Server]) -> None:
     """
     if not servers:
         return
-    if gpu_memory_used_mib() is not None and not all(_fixed_kv_cache(s.args + s.build.server_args) for s in servers):
+    if gpu_pids() is not None and not all(_fixed_kv_cache(s.args + s.build.server_args) for s in servers):
         for s in servers:
             s.start()
         return

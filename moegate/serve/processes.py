@@ -29,6 +29,19 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def group_members(pgid: int) -> set[int]:
+    """The pids of process group ``pgid`` that are not zombies, read from ``/proc``."""
+    members = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.add(int(entry.name))
+    return members
+
+
 def group_alive(pgid: int) -> bool:
     """Whether process group ``pgid`` has a member that is not a zombie (a group of zombies only is gone)."""
     try:
@@ -37,14 +50,7 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
+    return bool(group_members(pgid))
 
 
 def stop_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:

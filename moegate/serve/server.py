@@ -5,8 +5,8 @@ the server runs as ``python -m vllm.entrypoints.openai.api_server`` (the CPU bui
 ``vllm`` command is broken, the module works for every release) on a free loopback
 port, in a process group of its own so that its engine-core child goes with it;
 ``/health`` is polled until it answers; the whole log is kept in a file; on exit the
-group gets SIGTERM, then SIGKILL, and on a GPU the runner waits until the device
-memory is given back, so the next start measures what it should.
+group gets SIGTERM, then SIGKILL, and on a GPU the runner waits until the group's processes hold no device
+memory, so the next start measures what it should.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Self
 
 from moegate.serve.build import Build
-from moegate.serve.processes import stop_group
+from moegate.serve.processes import group_members, stop_group
 from moegate.vllm.names import API_SERVER as SERVER_MODULE
 
 QUIET_ENV = {
@@ -118,22 +118,40 @@ def resolve_model(model: str | os.PathLike[str]) -> str:
     raise ServerError(f"model {text}: no such directory")
 
 
-def gpu_memory_used_mib() -> int | None:
-    """Device memory in use on every GPU together (nvidia-smi), or None without one."""
+def gpu_pids() -> set[int] | None:
+    """The pids holding memory on any GPU (nvidia-smi's compute apps), or None without nvidia-smi.
+
+    In a container whose pid namespace the driver does not see, the list can be empty: the wait below then ends
+    at once, after the group is already reaped."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            [smi, "--query-compute-apps=pid", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=30,
             check=False,
         ).stdout
-        return sum(int(v) for v in out.split() if v.strip().isdigit())
+        return {int(v) for v in out.split() if v.strip().isdigit()}
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def wait_gpu_released(pids: set[int], timeout_s: float, poll_s: float = 1.0) -> None:
+    """Until none of ``pids`` holds GPU memory, at most ``timeout_s``.
+
+    Only the stopped server's own processes are waited for: the GPU's total memory is not, since other work on it
+    (the pair's other servers, another leg beside this one) keeps it up; on the H200 rehearsal of 2026-12-02 a
+    wait for the total to fall back ran its whole 120 s for each of an e2e leg's three servers, about 4 of its 9
+    minutes."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        held = gpu_pids()
+        if held is None or not held & pids:
+            return
+        time.sleep(poll_s)
 
 
 class Server:
@@ -210,7 +228,6 @@ class Server:
         self.port = self._fixed_port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._gpu_before = gpu_memory_used_mib()
         env = {**self.build.environ(), **QUIET_ENV}
         with open(self.log_path, "ab") as log:
             log.write(f"# moegate: {' '.join(self.argv())}\n".encode())
@@ -254,17 +271,12 @@ class Server:
             raise self._fail(f"server of build {self.build.label} died (exit {code})")
 
     def stop(self) -> None:
-        """SIGTERM to the group, SIGKILL after ``stop_timeout_s``; then wait for the GPU memory."""
+        """SIGTERM to the group, SIGKILL after ``stop_timeout_s``; then wait until its processes leave the GPU."""
         if self.proc is None:
             return
+        members = group_members(self.proc.pid) | {self.proc.pid}
         stop_group(self.proc, self.stop_timeout_s)
-        if self._gpu_before is not None:
-            end = time.monotonic() + self.gpu_release_timeout_s
-            while time.monotonic() < end:
-                used = gpu_memory_used_mib()
-                if used is None or used <= self._gpu_before + 1024:
-                    break
-                time.sleep(1.0)
+        wait_gpu_released(members, self.gpu_release_timeout_s)
         self.proc = None
 
     def __enter__(self) -> Self:
