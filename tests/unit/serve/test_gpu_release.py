@@ -20,15 +20,20 @@ def test_the_wait_ends_at_once_when_only_other_processes_hold_the_gpu(monkeypatc
 
 
 def test_the_wait_lasts_while_the_servers_own_processes_hold_memory(monkeypatch):
-    seen = iter([{111, 333}, {111, 333}, {111}])
-    calls = []
-    monkeypatch.setattr(server, "gpu_pids", lambda: calls.append(1) or next(seen))
+    answers = [{111, 333}, {111, 333}, {111}]
+    calls: list[set[int]] = []
+
+    def held() -> set[int]:
+        calls.append(answers[min(len(calls), len(answers) - 1)])
+        return calls[-1]
+
+    monkeypatch.setattr(server, "gpu_pids", held)
     server.wait_gpu_released({333}, timeout_s=30, poll_s=0.01)
     assert len(calls) == 3
     calls.clear()
-    monkeypatch.setattr(server, "gpu_pids", lambda: calls.append(1) or {333})
+    answers[:] = [{333}]  # never released: bounded by the timeout
     t0 = time.monotonic()
-    server.wait_gpu_released({333}, timeout_s=0.2, poll_s=0.01)  # never released: bounded by the timeout
+    server.wait_gpu_released({333}, timeout_s=0.2, poll_s=0.01)
     assert 0.2 <= time.monotonic() - t0 < 2 and len(calls) > 2
 
 
@@ -38,11 +43,8 @@ def test_without_nvidia_smi_there_is_nothing_to_wait_for(monkeypatch):
 
 
 def test_group_members_are_the_processes_of_a_session_and_none_once_it_is_stopped():
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
-         "'import time; time.sleep(60)']); time.sleep(60)"],
-        start_new_session=True,
-    )  # fmt: skip
+    parent = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+    proc = subprocess.Popen([sys.executable, "-c", parent + "time.sleep(60)"], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         while len(group_members(proc.pid)) < 2 and time.monotonic() < deadline:
