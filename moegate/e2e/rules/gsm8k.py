@@ -271,7 +271,7 @@ def gsm8k_result(
             d["explained"], d["why"] = div.explain(tie)
             if not d["explained"] and (side := div.against(tie)) is not None:
                 d["explained"], d["against"] = True, (a, b)[side == "b"]
-                d["why"] += f"; beyond the bound, the re-scorings agree: {d['against']} decoded their second choice"
+                d["why"] += f"; beyond the bound, the re-scorings agree: {d['against']} decoded what both rank lower"
                 sides.append(side)
         if not d["explained"]:
             unexplained.append(d)
@@ -285,7 +285,7 @@ def gsm8k_result(
     sign_p = stats.sign_test_greater(pr_side, len(sides))
     if sign_p < stats.ALPHA_GSM8K / 2:
         reasons.append(
-            f"the PR decoded the token both re-scorings put second in {pr_side} of {len(sides)} flips beyond the"
+            f"the PR decoded the token both re-scorings rank lower in {pr_side} of {len(sides)} flips beyond the"
             f" tie bound, sign test p={sign_p:.3g} < {stats.ALPHA_GSM8K / 2}"
         )
     passed = not reasons
@@ -296,7 +296,7 @@ def gsm8k_result(
         + f"; repeat discordance {psi:.3f}; {len(divergences)} responses differ, "
         f"{len(divergences) - len(unexplained)} explained (tie bound {tie:.4f}, decode and batch noise; "
         f"{sum(1 for d in divergences if d.get('unjudged'))} not judged by re-scoring, left to the exact test; "
-        f"{len(sides)} beyond the bound with both re-scorings agreeing, the PR's the second choice in {pr_side}, "
+        f"{len(sides)} beyond the bound with both re-scorings agreeing, the PR's token ranked lower in {pr_side}, "
         f"sign test p={sign_p:.3g}); "
         "resolves an exact_match difference "
         f"of {resolves:.3f} (promise {detect}, needs {needed} questions, cap {cap})"

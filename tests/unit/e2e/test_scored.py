@@ -151,7 +151,7 @@ def test_gsm8k_flips_beyond_the_bound_where_both_rescorings_agree_pass_when_eith
     flips = [_mirrored(i, pr_second=i % 2 == 0) for i in range(8)]
     res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], flips, 0.57, detect=1.0, cap=8)
     assert res.passed, res.summary
-    assert "8 beyond the bound with both re-scorings agreeing, the PR's the second choice in 4" in res.summary
+    assert "8 beyond the bound with both re-scorings agreeing, the PR's token ranked lower in 4" in res.summary
     assert "doc 0 at token 3: explained: margins 0.9000 (A) and -0.9000 (B)" in res.details_markdown
 
 
@@ -161,7 +161,7 @@ def test_gsm8k_fails_a_pr_that_decodes_the_second_choice_of_both_rescorings_agai
     a = _Run([1, 0] * 4)
     res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [_mirrored(i, True) for i in range(8)], 0.57,
                                   detect=1.0, cap=8)  # fmt: skip
-    assert not res.passed and "put second in 8 of 8 flips beyond the tie bound, sign test p=0.00391" in res.summary
+    assert not res.passed and "rank lower in 8 of 8 flips beyond the tie bound, sign test p=0.00391" in res.summary
     assert gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [_mirrored(i, True) for i in range(7)], 0.57,
                                    detect=1.0, cap=8).passed  # fmt: skip
     # the base's decode leaving both re-scorings is not the PR's fault
@@ -186,7 +186,7 @@ def test_a_decoded_token_below_both_identical_rescored_lists_is_a_flip_of_the_si
     below = {"doc_id": 39, "position": 2, "tokens": {"base": 281, "pr": 265}, "top": {"base": top, "pr": top}}
     res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [below], 0.46, detect=1.0, cap=8)
     assert res.passed, res.summary
-    assert "1 beyond the bound with both re-scorings agreeing, the PR's the second choice in 1" in res.summary
+    assert "1 beyond the bound with both re-scorings agreeing, the PR's token ranked lower in 1" in res.summary
     res = gsm8k_rule.gsm8k_result(("base", "pr"), a, a, [], [{**below, "doc_id": i} for i in range(8)], 0.46,
                                   detect=1.0, cap=8)  # fmt: skip
     assert not res.passed and "8 of 8 flips beyond the tie bound" in res.summary
