@@ -31,6 +31,9 @@ What it checks and measures, and why:
   serves both builds together, the A/B hands over), read from its ``config.json``; ``--need-pinned-gib`` is added to
   that (a kernel leg's own pinned weights beside the e2e legs). Checked by pinning it (1-GiB pieces, released at
   once), after comparing with ``MemAvailable`` so that an impossible request fails without touching memory.
+- **shared**: other processes holding memory on the GPU right after the read (nvidia-smi's compute apps), as
+  information: work beside the read shares the bus, and the figure above is then low (two preflights at once
+  on the H200 read 22.7 GB/s each, one alone 49.7).
 - **disk**: free space where the environments live (``$MOEGATE_ENV_DIR``, else ``~/.cache``): two vLLM
   environments of about 9.4 GB each (``results/environments.md``), the models and the runs' files: 30 GiB.
 """
@@ -51,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.ab.evidence import MoEShape
+from moegate.serve.server import gpu_pids
 
 DEFAULT_PINNED_GIB = 8.0
 DEFAULT_DISK_GIB = 30.0
@@ -334,6 +338,7 @@ def check_gpu(report: Report, opts: argparse.Namespace, out: Callable[[str], Non
         report.add("uva", "ok", f"{gbps:.1f} GB/s reading pinned host memory in place ({opts.uva_gib:g} GiB)", out)
     except RuntimeError as exc:
         report.add("uva", "FAIL", f"a CUDA view of pinned host memory did not work: {exc}".splitlines()[0], out)
+    check_shared(report, out)
     link, source = pcie_link(bus)
     report.facts.update(pcie_gen=link.get("gen"), pcie_width=link.get("width"), pcie_source=source)
     report.facts.update(pcie_gen_max=link.get("gen_max"), pcie_width_max=link.get("width_max"))
@@ -344,6 +349,28 @@ def check_gpu(report: Report, opts: argparse.Namespace, out: Callable[[str], Non
     else:
         report.add("pcie", "info", "link not reported (no NVML, nvidia-smi or sysfs entry)", out)
     check_pinned(report, torch, opts.need_pinned_gib, opts.pinned_why, out)
+
+
+def check_shared(report: Report, out: Callable[[str], None], own: int | None = None) -> None:
+    """Other processes holding memory on the GPU right after the bandwidth read: information, not a gate.
+
+    Work beside the read shares the bus: on the H200 rehearsal of 2026-12-02 two preflights reading at once
+    measured 22.7 GB/s where one alone measured 49.7 (``results/gate-rehearsal-h200.md``), and the A/B takes
+    this figure for its evidence columns. nvidia-smi inside a container may not see other namespaces' pids, so
+    an empty list is not proof of an idle GPU."""
+    held = gpu_pids()
+    if held is None:
+        return
+    others = sorted(held - {os.getpid() if own is None else own})
+    report.facts["gpu_other_processes"] = len(others)
+    if others:
+        shown = ", ".join(map(str, others[:8])) + (" ..." if len(others) > 8 else "")
+        report.add(
+            "shared", "info",
+            f"{len(others)} other process(es) hold GPU memory (pids {shown}): work beside the read shares the bus,"
+            " so the uva figure may be low",
+            out,
+        )  # fmt: skip
 
 
 def check_pinned(

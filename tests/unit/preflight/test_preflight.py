@@ -149,3 +149,22 @@ def test_too_little_pinnable_memory_fails_in_one_line_naming_the_need_and_why() 
     preflight.check_pinned(report, _HostThatPins(8.0), 3.5, "given", lines.append, available=100.0)
     assert lines[2].startswith("ok   pinned: pinned 3.5 GiB in ")
     assert report.facts["pinnable_gib"] == 3.5 and not report.ok
+
+
+def test_other_processes_on_the_gpu_are_named_as_information_since_they_share_the_bus(monkeypatch) -> None:
+    from moegate import preflight
+
+    lines: list[str] = []
+    monkeypatch.setattr(preflight, "gpu_pids", lambda: {4242, 77, 78})
+    report = preflight.Report()
+    preflight.check_shared(report, lines.append, own=4242)
+    said = "info shared: 2 other process(es) hold GPU memory (pids 77, 78): work beside the read shares the bus"
+    assert lines == [said + ", so the uva figure may be low"]
+    assert report.ok and report.facts["gpu_other_processes"] == 2
+    lines.clear()
+    monkeypatch.setattr(preflight, "gpu_pids", lambda: {4242})
+    preflight.check_shared(report := preflight.Report(), lines.append, own=4242)
+    assert lines == [] and report.facts["gpu_other_processes"] == 0
+    monkeypatch.setattr(preflight, "gpu_pids", lambda: None)  # no nvidia-smi: nothing said, nothing claimed
+    preflight.check_shared(report := preflight.Report(), lines.append, own=4242)
+    assert lines == [] and "gpu_other_processes" not in report.facts
