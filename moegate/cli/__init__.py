@@ -37,6 +37,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 """Subcommand -> (the module whose ``main(argv)`` runs it, one line of help)."""
 
+EXTRAS = {"e2e": "e2e", "ab": "ab", "sweep": "vllm", "census": "vllm", "power": "power", "repro": "vllm"}
+"""Subcommand -> the extra of pyproject.toml whose packages its module imports (a bare install has none of them)."""
+
 
 def usage() -> str:
     width = max(map(len, COMMANDS))
@@ -61,5 +64,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"moegate: unknown command {name!r}; known: {', '.join(COMMANDS)} (moegate --help)", file=sys.stderr)
         return 2
-    status = entry(name)(rest)
+    try:
+        run = entry(name)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "moegate").split(".")[0] == "moegate":
+            raise  # moegate's own module missing is a broken install or a bug, not a missing extra
+        extra = EXTRAS.get(name, "unit")
+        print(
+            f"moegate {name}: needs the package {exc.name!r}, not installed in this Python"
+            f" (pip install 'moegate[{extra}]')",
+            file=sys.stderr,
+        )
+        return 2
+    status = run(rest)
     return int(status or 0)

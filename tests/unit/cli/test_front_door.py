@@ -43,6 +43,26 @@ def test_an_unknown_subcommand_or_none_is_one_line_or_the_usage(capsys):
     assert cli.main([]) == 2 and capsys.readouterr().out.startswith("usage: moegate COMMAND")
 
 
+def test_a_subcommand_whose_extra_is_not_installed_is_one_line_naming_the_extra(monkeypatch, capsys):
+    """A bare ``pip install moegate`` has no numpy: ``moegate e2e`` said so in a traceback before (2026-12-02)."""
+
+    def missing(name: str):
+        raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
+
+    monkeypatch.setattr(cli, "entry", missing)
+    assert cli.main(["e2e", "run"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "moegate e2e: needs the package 'numpy', not installed in this Python (pip install 'moegate[e2e]')"
+    ]
+
+    def broken(name: str):
+        raise ModuleNotFoundError("No module named 'moegate.e2e.gone'", name="moegate.e2e.gone")
+
+    monkeypatch.setattr(cli, "entry", broken)
+    with pytest.raises(ModuleNotFoundError):  # moegate's own module missing is not an extra to install
+        cli.main(["e2e", "run"])
+
+
 def test_python_dash_m_moegate_is_the_same_door():
     proc = subprocess.run(
         [sys.executable, "-m", "moegate", "spec", '{"num_tokens": 1, "top_k": 1, "num_experts": 8}'],
