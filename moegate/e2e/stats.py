@@ -299,21 +299,29 @@ class Divergence:
     a_top: list[tuple[int, float]]
     b_top: list[tuple[int, float]]
 
+    def _margins(self, k: int) -> tuple[float, float] | None:
+        """Each build's margin for its own token over the other's, in its own top ``k`` (its first where its own is
+        missing); None unless each build's token is in the other's list."""
+        a_top, b_top = dict(self.a_top[:k]), dict(self.b_top[:k])
+        if self.b_token not in a_top or self.a_token not in b_top:
+            return None
+        return (
+            a_top.get(self.a_token, max(a_top.values())) - a_top[self.b_token],
+            b_top.get(self.b_token, max(b_top.values())) - b_top[self.a_token],
+        )
+
     def explain(self, tie: float, k: int = TOP_K) -> tuple[bool, str]:
         """Explained (a near tie) when each build's token is in the other's top ``k`` and both margins are <= ``tie``.
 
         The first half is vLLM's own rule for comparing two runs' greedy logprobs; the second asks that the
         flip be within what the run's measured noise can move a margin.
         """
-        a_top, b_top = dict(self.a_top[:k]), dict(self.b_top[:k])
-        if self.b_token not in a_top:
-            return False, f"{self.b_token} is not in build A's top {k} ({_fmt(self.a_top[:k])})"
-        if self.a_token not in b_top:
+        margins = self._margins(k)
+        if margins is None:
+            if self.b_token not in dict(self.a_top[:k]):
+                return False, f"{self.b_token} is not in build A's top {k} ({_fmt(self.a_top[:k])})"
             return False, f"{self.a_token} is not in build B's top {k} ({_fmt(self.b_top[:k])})"
-        a_own = a_top.get(self.a_token, max(a_top.values()))
-        b_own = b_top.get(self.b_token, max(b_top.values()))
-        margin_a = a_own - a_top[self.b_token]
-        margin_b = b_own - b_top[self.a_token]
+        margin_a, margin_b = margins
         worst = max(abs(margin_a), abs(margin_b))
         text = f"margins {margin_a:.4f} (A) and {margin_b:.4f} (B) nats, tie bound {tie:.4f}"
         if worst > tie:
@@ -330,10 +338,8 @@ class Divergence:
         composition gave the same numbers, and the build named decoded what both rank lower. None when the
         re-scorings disagree, which no decode noise explains, or when neither token is in the lists.
         """
-        a_top, b_top = dict(self.a_top[:k]), dict(self.b_top[:k])
-        if self.b_token in a_top and self.a_token in b_top:
-            margin_a = a_top.get(self.a_token, max(a_top.values())) - a_top[self.b_token]
-            margin_b = b_top.get(self.b_token, max(b_top.values())) - b_top[self.a_token]
+        if (margins := self._margins(k)) is not None:
+            margin_a, margin_b = margins
             if abs(margin_a + margin_b) > tie or margin_a == 0:
                 return None
             return "b" if margin_a > 0 else "a"
