@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The H200 A/B runs (docs/ab.md; issues 19 and 31), from the project root on the device, after the nine installs
-# of .gpu/g20/all (0.33.0 in $HOME/vllm-site, lm-eval in $HOME/eval-site, 0.32.0 in $HOME/vllm032). Carry
+# of .gpu/g20/all (0.33.0 in $HOME/vllm-site, lm-eval in $HOME/eval-site, 0.32.0 in $HOME/vllm032; `models` and `aa`
+# need only the first two, so the six installs of the rehearsal's .gpu/g21 serve them). Carry
 # .gpu/g20/text (sharegpt.json, gsm8k/train.jsonl) in every call. Each step is one call and writes one archive
 # to $OUT (a call returns only a few files).
 #   models [skewed|text|both] [nosamples]
@@ -53,6 +54,8 @@ pack() {  # pack DIR: the run folder, its driver output and the tables beside it
 case $step in
 models)
     for v in 032:vllm032 033:vllm-site; do
+        # 0.32.0 only where it was installed: `aa` needs 0.33.0 alone, `text` both
+        [ -d "$HOME/${v#*:}" ] || { echo "models: no \$HOME/${v#*:}, b${v%%:*} not built"; continue; }
         python3 -m moegate.vllm.planted "$HOME/b${v%%:*}" --python python3 --site "$HOME/${v#*:}" \
             --site "$HOME/eval-site" >/dev/null || exit 2
     done
