@@ -49,12 +49,15 @@
 # verdicts.
 #
 # Every server gets TORCHINDUCTOR_DETERMINISTIC=1 unless the caller sets it (0 to serve exactly as a user's default
-# does): with torch.compile on, Inductor times candidate configs of its reduction kernels on the device and keeps the
-# fastest, so two compiles of the same code can sum in different orders. On the panel of 2026-12-02 (it ran without
-# the variable) same-build pairs whose servers compiled apart re-rounded against each other and failed `identical`,
-# while pairs that loaded one compiled graph agreed bit for bit (results/e2e-promises-h200.md). The variable makes
-# the choice without timing, the same on both sides of a pair; tools/gpu/probes/compile_sharing.sh measures whether
-# it is enough (its `determ` arm).
+# does), and a compile cache of its own (VLLM_CACHE_ROOT under $HOME/e2e-cache/PLAN/LABEL/SIDE, emptied when the pair
+# starts), so both servers of a pair reach their graph the same way: by compiling it. With torch.compile on, Inductor
+# times candidate configs of its reduction kernels on the device and keeps the fastest, so two compiles under load
+# can sum in different orders; the variable makes that choice without timing. On the panel of 2026-12-02 (without
+# either) a same-build pair re-rounded against itself. The probe of 2026-12-03 (tools/gpu/probes/compile_sharing.sh,
+# one pair an arm): two servers compiling into caches of their own agreed bit for bit at 1 in flight, with the
+# variable (`determ`) or without (`separate`); one server loading the graph the other had compiled (`shared`) moved
+# 15-17 of 64 prompts (results/e2e-promises-h200.md, finding 1). A planted bug's build keeps a cache of its own
+# either way (moegate/vllm/planted).
 set -u
 : "${OUT:?run on the device: \$OUT is where results go}"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
@@ -181,6 +184,9 @@ while read -r label model base pr gates promise; do
   rm -rf "$out"; mkdir -p "$out"
   extra=(); [[ $gates == *gsm8k* ]] && extra=(--gsm8k-dir "$DATA/gsm8k" --eval-python "$DRIVER" $GSM8K_ARGS)
   for side in base pr; do tok=$base; [ $side = pr ] && tok=$pr; e=$(envs "$tok"); [ -n "$e" ] && extra+=("--$side-env=$e"); done
+  # each server compiles into a cache of its own (the probe's `determ` arm, which agreed bit for bit; one server
+  # loading what the other compiled did not: results/e2e-promises-h200.md, finding 1), outside the archived folder
+  for side in base pr; do rm -rf "$HOME/e2e-cache/$name/$label/$side"; extra+=("--$side-env=VLLM_CACHE_ROOT=$HOME/e2e-cache/$name/$label/$side"); done
   (
     s=$(date +%s%N)
     key=$(refkey "$model" "$base"); f=${refurl[$key]:-}; w=0

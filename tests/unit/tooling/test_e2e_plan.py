@@ -105,6 +105,24 @@ def test_each_pair_is_judged_against_its_own_bases_version_re_rounded_where_its_
     assert set((tmp_path / "calls.jsonl.env").read_text().split()) == {"1"}
 
 
+def test_each_server_of_a_pair_compiles_into_a_cache_of_its_own_outside_the_archived_folder(tmp_path):
+    calls, _, proc = _plan(tmp_path, "99")
+    assert proc.returncode == 0, proc.stderr
+    runs = [c for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]]
+    roots = []
+    for c in runs:
+        out = Path(next(a for a in c if a.startswith("--out=")).split("=", 1)[1])
+        sides = {}
+        for side in ("base", "pr"):
+            caches = [a.split("=", 2)[2] for a in c if a.startswith(f"--{side}-env=VLLM_CACHE_ROOT=")]
+            assert len(caches) == 1, (side, c)
+            sides[side] = Path(caches[0])
+            assert out.parent not in sides[side].parents  # not archived with the pair (its tar of $HOME/e2e/PLAN)
+        assert sides["base"] != sides["pr"]
+        roots += sides.values()
+    assert len(runs) == 4 and len(set(roots)) == 8  # the check can fail: one shared cache gives fewer
+
+
 def test_at_most_max_pairs_run_at_once(tmp_path):
     _, marks, proc = _plan(tmp_path, "1")
     assert proc.returncode == 0, proc.stderr
