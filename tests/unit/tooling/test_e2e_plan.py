@@ -109,10 +109,10 @@ def test_each_server_of_a_pair_compiles_into_a_cache_of_its_own_outside_the_arch
     calls, _, proc = _plan(tmp_path, "99")
     assert proc.returncode == 0, proc.stderr
     runs = [c for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]]
-    roots = []
+    roots: list[Path] = []
     for c in runs:
         out = Path(next(a for a in c if a.startswith("--out=")).split("=", 1)[1])
-        sides = {}
+        sides: dict[str, Path] = {}
         for side in ("base", "pr"):
             caches = [a.split("=", 2)[2] for a in c if a.startswith(f"--{side}-env=VLLM_CACHE_ROOT=")]
             assert len(caches) == 1, (side, c)
