@@ -19,11 +19,13 @@
 # the 0.33.0 and lm-eval installs (tools/gpu/README.md), with the prompts' texts (`python -m moegate.e2e prompts
 # --export`) copied to $HOME/data/prompts.jsonl in an install call: a carry is gone from the checkout in every call
 # that does not name it (2026-12-02: this probe's first call found none and both pairs stopped at once, exit 2).
-# Writes $OUT/{shared,separate,determ}.log, walls.txt, {shared,separate,determ}.tar.xz.
+# Then a second phase, `mixed` and `load` (below). About 400 s in all (the first phase took 237 s on 2026-12-03).
+# Writes $OUT/walls.txt and $OUT/compile-sharing.tar (every arm's log and NAME.tar.xz: a call returns at most 8 files;
+# a run cut short leaves them loose).
 set -u
 : "${OUT:?run on the device: \$OUT is where results go}"
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
-PROMPTS_FILE=${PROMPTS_FILE:-$HOME/data/prompts.jsonl} LIMIT_S=${LIMIT_S:-280}
+PROMPTS_FILE=${PROMPTS_FILE:-$HOME/data/prompts.jsonl} LIMIT_S=${LIMIT_S:-560}
 B=$HOME/b033
 [ -x "$B/bin/python" ] || python3 -m moegate.vllm.planted "$B" --python python3 --site "$HOME/vllm-site" \
   --site "$HOME/eval-site" >/dev/null || exit 1
@@ -44,6 +46,7 @@ pair() {  # NAME SERVER-ARGS [EXTRA...]
   tar -C "$HOME/probe" --exclude=golden -cJf "$OUT/$name.tar.xz" "$name"
 }
 D0=TORCHINDUCTOR_DETERMINISTIC=0 D1=TORCHINDUCTOR_DETERMINISTIC=1
+for c in shared base pr dbase dpr mixed; do rm -rf "$HOME/cache-$c"; done  # a run again on a warm machine compiles again
 pair shared "$BASE_ARGS --gpu-memory-utilization 0.1" --base-env="VLLM_CACHE_ROOT=$HOME/cache-shared" \
   --pr-env="VLLM_CACHE_ROOT=$HOME/cache-shared" --base-env=$D0 --pr-env=$D0 &
 sleep 80
@@ -53,4 +56,23 @@ sleep 5
 pair determ "$BASE_ARGS --gpu-memory-utilization 0.04 --kv-cache-memory-bytes 1073741824" \
   --base-env="VLLM_CACHE_ROOT=$HOME/cache-dbase" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-dpr" --base-env=$D1 --pr-env=$D1 &
 wait
-grep -hE "^(PASS|FAIL)  (scored|decode)" "$OUT/shared.log" "$OUT/separate.log" "$OUT/determ.log" | cut -c1-260
+# The second phase (added after the run of 2026-12-03, where `shared` failed and differed from `separate` in two ways:
+# one server loaded what the other compiled, and the KV caches had different sizes): fixed KV caches throughout, the
+# compiled graph `separate`'s base left in its cache, copied so that no server writes where another reads
+#   mixed   the base compiles into an empty cache, the PR loads that graph (a copy): compile against load alone
+#   load    both load that graph, each from a copy of its own
+# If `mixed` FAILs and `load` PASSes, compiling against loading is the cause (whatever the KV sizes); if both PASS,
+# the KV sizes (or serving in turn) were.
+if [ -d "$HOME/cache-base/torch_compile_cache" ] && [ "${PHASE2:-1}" = 1 ]; then
+  for c in load-a load-b load-c; do rm -rf "$HOME/cache-$c"; cp -a "$HOME/cache-base" "$HOME/cache-$c"; done
+  FIXED="$BASE_ARGS --gpu-memory-utilization 0.04 --kv-cache-memory-bytes 1073741824"
+  pair mixed "$FIXED" --base-env="VLLM_CACHE_ROOT=$HOME/cache-mixed" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-load-a" \
+    --base-env=$D0 --pr-env=$D0 &
+  pair load "$FIXED" --base-env="VLLM_CACHE_ROOT=$HOME/cache-load-b" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-load-c" \
+    --base-env=$D0 --pr-env=$D0 &
+  wait
+fi
+(cd "$OUT" && tar -cf compile-sharing.tar ./*.log ./*.tar.xz 2>/dev/null && rm -f ./*.log ./*.tar.xz)
+for a in shared separate determ mixed load; do
+  tar -xOf "$OUT/compile-sharing.tar" "./$a.log" 2>/dev/null | grep -E "^(PASS|FAIL)  (scored|decode)" | sed "s/^/$a: /" | cut -c1-260
+done
