@@ -101,8 +101,8 @@ aa)
     ab "$dir" "$py" 0.33.0-a "$py" 0.33.0-b "$args" 2 2 "${AB_NEW:-4}" --host-sorted both --expect-same
     python3 -m moegate.ab.spread "$dir" --same-build | tee "$dir.spread.md"
     # SIM_RUNS=0 leaves the simulation to the machine the archive comes back to (the call's 600 s are the A/A's)
-    [ "${SIM_RUNS:-20000}" -gt 0 ] && python3 -m moegate.ab.simulate "$dir" --same-build --runs "${SIM_RUNS:-20000}" \
-        --seed 0 | tee "$dir.simulate.md"
+    sim=${SIM_RUNS:-20000}
+    [ "$sim" -gt 0 ] && python3 -m moegate.ab.simulate "$dir" --same-build --runs "$sim" --seed 0 | tee "$dir.simulate.md"
     pack "$dir" ;;
 text)
     [ -d "$HOME/wide-text" ] || { echo "ab_runs.sh text: no \$HOME/wide-text (run 'models text nosamples' first)" >&2; exit 2; }

@@ -117,7 +117,7 @@ def test_each_server_of_a_pair_compiles_into_a_cache_of_its_own_outside_the_arch
             caches = [a.split("=", 2)[2] for a in c if a.startswith(f"--{side}-env=VLLM_CACHE_ROOT=")]
             assert len(caches) == 1, (side, c)
             sides[side] = Path(caches[0])
-            assert out.parent not in sides[side].parents  # not archived with the pair (its tar of $HOME/e2e/PLAN)
+            assert out.parent not in sides[side].parents  # not archived with the pair (its tar of $HOME/e2e/PLAN/LABEL)
         assert sides["base"] != sides["pr"]
         roots += sides.values()
     assert len(runs) == 4 and len(set(roots)) == 8  # the check can fail: one shared cache gives fewer

@@ -46,14 +46,15 @@ pair() {  # NAME SERVER-ARGS [EXTRA...]
   tar -C "$HOME/probe" --exclude=golden -cJf "$OUT/$name.tar.xz" "$name"
 }
 D0=TORCHINDUCTOR_DETERMINISTIC=0 D1=TORCHINDUCTOR_DETERMINISTIC=1
+FIXED="$BASE_ARGS --gpu-memory-utilization 0.04 --kv-cache-memory-bytes 1073741824"  # a fixed KV cache: no profiling
 for c in shared base pr dbase dpr mixed; do rm -rf "$HOME/cache-$c"; done  # a run again on a warm machine compiles again
 pair shared "$BASE_ARGS --gpu-memory-utilization 0.1" --base-env="VLLM_CACHE_ROOT=$HOME/cache-shared" \
   --pr-env="VLLM_CACHE_ROOT=$HOME/cache-shared" --base-env=$D0 --pr-env=$D0 &
 sleep 80
-pair separate "$BASE_ARGS --gpu-memory-utilization 0.04 --kv-cache-memory-bytes 1073741824" \
+pair separate "$FIXED" \
   --base-env="VLLM_CACHE_ROOT=$HOME/cache-base" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-pr" --base-env=$D0 --pr-env=$D0 &
 sleep 5
-pair determ "$BASE_ARGS --gpu-memory-utilization 0.04 --kv-cache-memory-bytes 1073741824" \
+pair determ "$FIXED" \
   --base-env="VLLM_CACHE_ROOT=$HOME/cache-dbase" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-dpr" --base-env=$D1 --pr-env=$D1 &
 wait
 # The second phase (added after the run of 2026-12-03, where `shared` failed and differed from `separate` in two ways:
@@ -65,7 +66,6 @@ wait
 # the KV sizes (or serving in turn) were.
 if [ -d "$HOME/cache-base/torch_compile_cache" ] && [ "${PHASE2:-1}" = 1 ]; then
   for c in load-a load-b load-c; do rm -rf "$HOME/cache-$c"; cp -a "$HOME/cache-base" "$HOME/cache-$c"; done
-  FIXED="$BASE_ARGS --gpu-memory-utilization 0.04 --kv-cache-memory-bytes 1073741824"
   pair mixed "$FIXED" --base-env="VLLM_CACHE_ROOT=$HOME/cache-mixed" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-load-a" \
     --base-env=$D0 --pr-env=$D0 &
   pair load "$FIXED" --base-env="VLLM_CACHE_ROOT=$HOME/cache-load-b" --pr-env="VLLM_CACHE_ROOT=$HOME/cache-load-c" \
