@@ -15,10 +15,13 @@
 #                   (moegate.ab.spread, both labels one build: 3 degrees of freedom) and the rule's false-verdict and
 #                   power figures on runs drawn like it (moegate.ab.simulate); $OUT/aa[-eager].tgz. About 540 s
 #                   (eager: about 600 s; the committed eager runs already give its spread, so run it last if at all).
-#   text            the A/B of issue 31: 0.32.0 against 0.33.0 on $HOME/wide-text, graphs on, up to 3 starts a
-#                   build (one look after round 3: AB_STARTS / AB_MIN_STARTS change it), 4 new starts a call
+#   text            the A/B of issue 31: 0.32.0 against 0.33.0 on $HOME/wide-text, graphs on, a first look at 2
+#                   starts a build and up to 3 (AB_MIN_STARTS / AB_STARTS change them; the A/A's spread resolves
+#                   +-5 % at 1 and 8 in flight by 2 and the rest by 3: results/ab-aa-h200.md), 4 new starts a call
 #                   (AB_NEW); call it again to resume until the run is over; $OUT/ab-text-graphs.tgz. About 540 s,
-#                   then 300 s.
+#                   then 300 s. Builds $HOME/b032 itself where `models` ran before 0.32.0 was installed.
+# `aa` and `text` measure the runner first (moegate preflight, once a run folder): the report's evidence columns
+# take its UVA read bandwidth (issue 31 item 6), and the run folder keeps the file.
 # AB_TIMEOUT_S bounds the driver (default 560; a timed-out driver stops its server and keeps every finished start).
 # The data goes where the earlier runs read it (.gpu/data/...), so their workload line is the same.
 set -uo pipefail
@@ -46,10 +49,18 @@ ab() {  # ab OUTDIR BASE_PY BASE_LABEL PR_PY PR_LABEL SERVER_ARGS STARTS MIN_STA
     echo "ab $(basename "$out"): exit $?"
     grep -h "^\[ab\] look\|over at\|moegate.ab:" "$out.stderr" | tail -8
 }
+PRE=()
+preflight() {  # preflight DIR: the runner's UVA read bandwidth for the report, measured once a run folder; a failed
+    # check is printed and the A/B still runs (its report then says which figure it used instead)
+    [ -f "$1.preflight.json" ] || "$HOME/b033/bin/python" -m moegate preflight --json "$1.preflight.json" \
+        --model "$HOME/wide-text" >"$1.preflight.log" 2>&1 || tail -5 "$1.preflight.log"
+    grep -hi "uva\|^preflight" "$1.preflight.log" | head -3
+    [ -f "$1.preflight.json" ] && PRE=(--preflight "$1.preflight.json")
+}
 pack() {  # pack DIR: the run folder, its driver output and the tables beside it, one archive
     local d b
     d=$(dirname "$1") b=$(basename "$1")
-    (cd "$d" && tar czf "$OUT/$b.tgz" "$b" "$b".stdout "$b".stderr $(ls "$b".*.md 2>/dev/null))
+    (cd "$d" && tar czf "$OUT/$b.tgz" "$b" "$b".stdout "$b".stderr $(ls "$b".*.md "$b".preflight.* 2>/dev/null))
 }
 case $step in
 models)
@@ -98,7 +109,9 @@ aa)
     else
         dir=$HOME/aa args=$S
     fi
-    ab "$dir" "$py" 0.33.0-a "$py" 0.33.0-b "$args" 2 2 "${AB_NEW:-4}" --host-sorted both --expect-same
+    preflight "$dir"
+    ab "$dir" "$py" 0.33.0-a "$py" 0.33.0-b "$args" 2 2 "${AB_NEW:-4}" --host-sorted both --expect-same \
+        "${PRE[@]}"
     python3 -m moegate.ab.spread "$dir" --same-build | tee "$dir.spread.md"
     # SIM_RUNS=0 leaves the simulation to the machine the archive comes back to (the call's 600 s are the A/A's)
     sim=${SIM_RUNS:-20000}
@@ -106,9 +119,12 @@ aa)
     pack "$dir" ;;
 text)
     [ -d "$HOME/wide-text" ] || { echo "ab_runs.sh text: no \$HOME/wide-text (run 'models text nosamples' first)" >&2; exit 2; }
+    [ -x "$HOME/b032/bin/python" ] || python3 -m moegate.vllm.planted "$HOME/b032" --python python3 \
+        --site "$HOME/vllm032" --site "$HOME/eval-site" >/dev/null || exit 2
     dir=$HOME/ab-text-graphs
+    preflight "$dir"
     ab "$dir" "$HOME/b032/bin/python" 0.32.0 "$HOME/b033/bin/python" 0.33.0 "$S" "${AB_STARTS:-3}" \
-        "${AB_MIN_STARTS:-3}" "${AB_NEW:-4}"
+        "${AB_MIN_STARTS:-2}" "${AB_NEW:-4}" "${PRE[@]}"
     python3 -m moegate.ab.spread "$dir" | tee "$dir.spread.md"
     pack "$dir" ;;
 *)

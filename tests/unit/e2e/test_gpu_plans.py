@@ -20,6 +20,7 @@ from moegate.vllm.planted import HARMLESS, parse_bug
 from tests.support import ROOT
 
 PLANS = sorted((ROOT / "tools" / "gpu" / "plans").glob("promises-*.plan"))
+DESIGN = sorted((ROOT / "tools" / "gpu" / "plans").glob("design-*.plan"))  # a rule's tuning data, apart from the panel
 SCRIPT = (ROOT / "tools" / "gpu" / "e2e_plan.sh").read_text()
 VARIANTS = set(re.findall(r"\*@([a-z-]+)\*\)", SCRIPT))
 MODELS = ("random", "trained", "random-fp8")
@@ -33,9 +34,9 @@ def _build(tok: str) -> tuple[str, dict | None, list[str]]:
     return m.group(1), (parse_bug(m.group(2)) if m.group(2) else None), variants
 
 
-def _lines() -> list[tuple[Path, list[str]]]:
+def _lines(plans: list[Path] = PLANS) -> list[tuple[Path, list[str]]]:
     out = []
-    for plan in PLANS:
+    for plan in plans:
         for line in plan.read_text().splitlines():
             if line.strip() and not line.startswith("#"):
                 out.append((plan, line.split()))
@@ -47,7 +48,7 @@ def test_the_promise_plans_exist_and_the_script_knows_their_variants():
     assert VARIANTS == HARMLESS_VARIANTS, VARIANTS
 
 
-@pytest.mark.parametrize(("plan", "words"), _lines(), ids=lambda x: x.name if isinstance(x, Path) else x[0])
+@pytest.mark.parametrize(("plan", "words"), _lines(PLANS + DESIGN), ids=lambda x: x.name if isinstance(x, Path) else x[0])
 def test_every_plan_line_is_one_the_script_runs(plan, words):
     assert len(words) in (5, 6), words
     _label, model, base, pr, gates, *promise = words
