@@ -65,8 +65,10 @@ pack() {  # pack DIR: the run folder, its driver output and the tables beside it
 case $step in
 models)
     for v in 032:vllm032 033:vllm-site; do
-        # 0.32.0 only where it was installed: `aa` needs 0.33.0 alone, `text` both
-        [ -d "$HOME/${v#*:}" ] || { echo "models: no \$HOME/${v#*:}, b${v%%:*} not built"; continue; }
+        # 0.32.0 only where its install is complete (a staged part leaves .stage until the last): `aa` needs
+        # 0.33.0 alone, `text` both and builds b032 itself
+        [ -d "$HOME/${v#*:}/vllm" ] && [ ! -d "$HOME/${v#*:}/.stage" ] ||
+            { echo "models: no complete \$HOME/${v#*:}, b${v%%:*} not built"; continue; }
         python3 -m moegate.vllm.planted "$HOME/b${v%%:*}" --python python3 --site "$HOME/${v#*:}" \
             --site "$HOME/eval-site" >/dev/null || exit 2
     done
