@@ -6,7 +6,9 @@ the server runs as ``python -m vllm.entrypoints.openai.api_server`` (the CPU bui
 port, in a process group of its own so that its engine-core child goes with it;
 ``/health`` is polled until it answers; the whole log is kept in a file; on exit the
 group gets SIGTERM, then SIGKILL, and on a GPU the runner waits until the group's processes hold no device
-memory, so the next start measures what it should.
+memory, so the next start measures what it should. While the server runs, its pgid is kept in a file beside
+its log (``server.log`` -> ``server.pgid``), so that a later run can stop a server whose driver was killed
+before it could (``moegate.serve.processes.stop_left_behind``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from types import TracebackType
 from typing import Self
 
 from moegate.serve.build import Build
-from moegate.serve.processes import group_members, stop_group
+from moegate.serve.processes import group_alive, group_members, stop_group
 from moegate.vllm.names import API_SERVER as SERVER_MODULE
 
 QUIET_ENV = {
@@ -43,6 +45,32 @@ QUIET_ENV = {
 
 TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
+TERMINATING_GRACE_S = 2.0
+"""SIGTERM to SIGKILL of a server's group once the driver itself is being terminated (``stop_timeout_s`` otherwise).
+
+Whoever sent the driver its SIGTERM may send SIGKILL seconds later (``timeout -k``: 10 s in our scripts until
+2026-12-03), and a driver killed mid-stop leaves its server running, out of reach of any signal to the driver's
+group. vLLM's server took longer than those 10 s to go on the H200, so a terminated driver does not wait for it
+to go by itself."""
+
+_terminating = threading.Event()
+"""Set by ``teardown_on_termination``'s handler: this process is ending, a stop must be quick."""
+
+
+def terminating() -> bool:
+    """Whether a SIGTERM or SIGHUP has reached this process inside ``teardown_on_termination``."""
+    return _terminating.is_set()
+
+
+def stop_grace_s(stop_timeout_s: float) -> float:
+    """SIGTERM to SIGKILL for a server stopped now: ``TERMINATING_GRACE_S`` at most while the process is ending."""
+    return min(stop_timeout_s, TERMINATING_GRACE_S) if terminating() else stop_timeout_s
+
+
+def pgid_path(log_path: Path) -> Path:
+    """Where a server logging to ``log_path`` keeps its pgid while it runs: ``server.log`` -> ``server.pgid``."""
+    return Path(log_path).with_suffix(".pgid")
+
 
 @contextlib.contextmanager
 def teardown_on_termination() -> Iterator[None]:
@@ -54,6 +82,8 @@ def teardown_on_termination() -> Iterator[None]:
     plain ``kill`` leaves a server holding the GPU, and the next start on that machine
     fails: seen on the H200, where a timed-out A/B call left one behind and the next two
     starts failed in engine start-up. SIGINT already raises ``KeyboardInterrupt``.
+    The signal also marks the process as ending (``terminating``): ``Server.stop`` is then quick, since whoever
+    sent it may kill the driver soon after. The mark stays: the process is on its way out.
     Only the main thread can install handlers; elsewhere this does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
@@ -61,6 +91,7 @@ def teardown_on_termination() -> Iterator[None]:
         return
 
     def _exit(signum: int, _frame: object) -> None:
+        _terminating.set()
         raise SystemExit(128 + signum)
 
     previous = {sig: signal.signal(sig, _exit) for sig in TERMINATING_SIGNALS}
@@ -236,6 +267,7 @@ class Server:
                 self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, start_new_session=True,
             )  # fmt: skip
+        self.pgid_path.write_text(f"{self.proc.pid}\n")  # it leads its group; removed once a stop saw it go
         t0 = time.monotonic()
         deadline = t0 + self.startup_timeout_s
         while True:
@@ -270,14 +302,32 @@ class Server:
             code = None if self.proc is None else self.proc.returncode
             raise self._fail(f"server of build {self.build.label} died (exit {code})")
 
+    @property
+    def pgid_path(self) -> Path:
+        return pgid_path(self.log_path)
+
     def stop(self) -> None:
-        """SIGTERM to the group, SIGKILL after ``stop_timeout_s``; then wait until its processes leave the GPU."""
-        if self.proc is None:
+        """SIGTERM to the group, SIGKILL after ``stop_timeout_s``; then wait until its processes leave the GPU.
+
+        While the process is ending (``terminating``) the grace is ``TERMINATING_GRACE_S`` and there is no wait for
+        the GPU: the group is already reaped by then, no start follows in this process, and the caller's SIGKILL
+        may be near; a signal that ends the process in the middle of a normal stop makes it quick the same way.
+        The pgid file goes once the group is gone."""
+        proc = self.proc
+        if proc is None:
             return
-        members = group_members(self.proc.pid) | {self.proc.pid}
-        stop_group(self.proc, self.stop_timeout_s)
-        wait_gpu_released(members, self.gpu_release_timeout_s)
-        self.proc = None
+        members = group_members(proc.pid) | {proc.pid}
+        try:
+            stop_group(proc, stop_grace_s(self.stop_timeout_s))
+            if not terminating():
+                wait_gpu_released(members, self.gpu_release_timeout_s)
+        except BaseException:  # SystemExit from teardown_on_termination, or Ctrl-C, mid-stop: finish it quickly
+            stop_group(proc, TERMINATING_GRACE_S)
+            raise
+        finally:
+            if not group_alive(proc.pid):
+                self.pgid_path.unlink(missing_ok=True)
+            self.proc = None
 
     def __enter__(self) -> Self:
         try:
