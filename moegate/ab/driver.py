@@ -83,8 +83,8 @@ from moegate.ab.verdict import completed_rounds, judge
 from moegate.ab.workers import BenchWorkers
 from moegate.core import progress
 from moegate.core.hashing import model_hash
-from moegate.serve.processes import log_tail
-from moegate.serve.server import Server
+from moegate.serve.processes import log_tail, stop_left_behind
+from moegate.serve.server import Server, pgid_path
 
 
 def _default_server_factory() -> ServerFactory:
@@ -216,6 +216,21 @@ class Driver:
 
     # -- the run --------------------------------------------------------------------------------
 
+    def _stop_left_behind(self) -> None:
+        """Stop any server of this run's start folders still running, before each start: a driver killed mid-stop
+        leaves one holding the GPU (the H200, 2026-12-03: the resumed call's four starts all failed for want of
+        memory), and so would a stop that failed earlier in this call. A server keeps its pgid beside its log
+        (``starts/NN-role-label/server.pgid``) until a stop has seen it go; a few files to read per start."""
+        starts = self.out_dir / "starts"
+        if not starts.is_dir():
+            return
+        for folder in sorted(p for p in starts.iterdir() if p.is_dir()):
+            pgid = stop_left_behind(pgid_path(folder / "server.log"))
+            if pgid is not None:
+                self.log(
+                    f"[ab] stopped a server left running by an earlier call or a failed stop (pgid {pgid}, start {folder.name})"
+                )
+
     def _sized(self, warm: Mapping[int, float]) -> tuple[dict[int, int], str]:
         prompts = {c: self.plan.size(c, warm.get(c)) for c in self.plan.concurrency}
         note = (
@@ -290,6 +305,7 @@ class Driver:
             for role in dict.fromkeys(role for _, _, role in todo):
                 prestart(self.builds[role])
         for index, round_, role in todo:
+            self._stop_left_behind()
             build = self.builds[role]
             folder = self.out_dir / "starts" / f"{index:02d}-{role}-{safe_label(build.label)}"
             folder.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,10 @@ or to move a cap its looks were planned for."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -13,6 +17,7 @@ from moegate.ab.plan import Dataset, DriverError, load_run, schedule
 from moegate.ab.verdict import judge
 from moegate.core.hashing import model_hash
 from moegate.model.tiny_spec import BUILD_INFO
+from moegate.vllm.names import API_SERVER
 from tests.support.ab import StubBench, StubServer, make_driver, reset_stubs, tok_s  # noqa: F401 (autouse)
 
 
@@ -150,3 +155,37 @@ def test_a_run_written_before_model_hashes_and_start_times_resumes_and_says_so(t
     text = report.markdown(run, judge(run, tmp_path / "run"), plot_name=None)
     rows = [line for line in text.splitlines() if line.startswith(("| 1 | 0 |", "| 3 | 1 |"))]
     assert "| ? | ok |" in rows[0] and "| ? | ok |" not in rows[1], rows
+
+
+def test_a_resumed_run_first_stops_a_server_an_earlier_killed_call_left_running(tmp_path):
+    """The H200 A/B of 2026-12-03: timeout killed the driver while it stopped start 3's server, which kept
+    72 GB of GPU memory; the resumed call's four starts all failed for want of it. The server's pgid file, beside
+    its log in the start's folder, names it; the resumed call kills it before its first start and says so, once."""
+    bench = StubBench(tok_s)
+    first = make_driver(tmp_path, bench)
+    first.max_new_starts = 2
+    first.run()
+    folder = tmp_path / "run" / "starts" / "02-pr-pr"  # the start the killed call was on: not in run.json
+    folder.mkdir()
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    left = subprocess.Popen([sys.executable, "-c", stubborn, API_SERVER], start_new_session=True)
+    try:
+        (folder / "server.pgid").write_text(f"{left.pid}\n")
+        logs: list[str] = []
+        d = _resumed(tmp_path, bench)
+        d.log = logs.append
+        d.max_new_starts = 2
+        started = StubServer.started
+        assert len(d.run().starts) == 4
+        assert left.wait(timeout=5) == -signal.SIGKILL
+        stopped = [m for m in logs if "left running" in m]
+        assert stopped == [
+            f"[ab] stopped a server left running by an earlier call or a failed stop (pgid {left.pid}, start 02-pr-pr)"
+        ]
+        assert logs.index(stopped[0]) < next(i for i, m in enumerate(logs) if m.startswith("[ab] start 3/"))
+        assert started == ["base", "pr", "pr", "base"]
+        assert not (folder / "server.pgid").exists()
+    finally:
+        if left.poll() is None:
+            os.killpg(left.pid, signal.SIGKILL)
+            left.wait()
