@@ -40,7 +40,8 @@ SHAPE=experts=128,top_k=8,hidden=2048,intermediate=768,layers=4,dtype=bf16
 ab() {  # ab OUTDIR BASE_PY BASE_LABEL PR_PY PR_LABEL SERVER_ARGS STARTS MIN_STARTS NEW [more moegate.ab options]
     local out=$1 bpy=$2 blab=$3 ppy=$4 plab=$5 args=$6 starts=$7 first=$8 new=$9
     shift 9
-    timeout -k 10 "${AB_TIMEOUT_S:-560}" python3 -m moegate.ab --base-python "$bpy" --base-label "$blab" \
+    # -k 45: the driver's stop of its server ends before timeout's KILL (a normal stop's 30 s grace would fit too)
+    timeout -k 45 "${AB_TIMEOUT_S:-560}" python3 -m moegate.ab --base-python "$bpy" --base-label "$blab" \
         --base-env VLLM_USE_FLASHINFER_SAMPLER=0 --pr-python "$ppy" --pr-label "$plab" \
         --pr-env VLLM_USE_FLASHINFER_SAMPLER=0 --model "$HOME/wide-text" --server-args "$args" \
         --starts "$starts" --min-starts "$first" --concurrency 1,2,3,4,8 --dataset-path .gpu/data/sharegpt.json \
