@@ -22,7 +22,8 @@
 #                   then 300 s. Builds $HOME/b032 itself where `models` ran before 0.32.0 was installed.
 # `aa` and `text` measure the runner first (moegate preflight, once a run folder): the report's evidence columns
 # take its UVA read bandwidth (issue 31 item 6), and the run folder keeps the file.
-# AB_TIMEOUT_S bounds the driver (default 560; a timed-out driver stops its server and keeps every finished start).
+# AB_TIMEOUT_S bounds the driver (default 520: with the 45 s of `timeout -k` it stays inside a 600-s call; a
+# timed-out driver stops its server within seconds and keeps every finished start).
 # The data goes where the earlier runs read it (.gpu/data/...), so their workload line is the same.
 set -uo pipefail
 : "${OUT:?}"
@@ -41,7 +42,7 @@ ab() {  # ab OUTDIR BASE_PY BASE_LABEL PR_PY PR_LABEL SERVER_ARGS STARTS MIN_STA
     local out=$1 bpy=$2 blab=$3 ppy=$4 plab=$5 args=$6 starts=$7 first=$8 new=$9
     shift 9
     # -k 45: the driver's stop of its server ends before timeout's KILL (a normal stop's 30 s grace would fit too)
-    timeout -k 45 "${AB_TIMEOUT_S:-560}" python3 -m moegate.ab --base-python "$bpy" --base-label "$blab" \
+    timeout -k 45 "${AB_TIMEOUT_S:-520}" python3 -m moegate.ab --base-python "$bpy" --base-label "$blab" \
         --base-env VLLM_USE_FLASHINFER_SAMPLER=0 --pr-python "$ppy" --pr-label "$plab" \
         --pr-env VLLM_USE_FLASHINFER_SAMPLER=0 --model "$HOME/wide-text" --server-args "$args" \
         --starts "$starts" --min-starts "$first" --concurrency 1,2,3,4,8 --dataset-path .gpu/data/sharegpt.json \

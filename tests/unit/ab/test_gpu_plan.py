@@ -30,6 +30,9 @@ if args[:2] == ["-m", "moegate.ab"]:
     os.makedirs(out, exist_ok=True)
     open(os.path.join(out, "run.json"), "w").write("{}")
     print("[ab] look after round 3: c=1 equivalent", file=sys.stderr)
+if args[:3] == ["-m", "moegate", "preflight"]:  # the runner's preflight, as the device's b033 interpreter runs it
+    open(args[args.index("--json") + 1], "w").write(json.dumps({"uva_read_gbps": 49.7}))
+    print("ok   uva: 49.7 GB/s reading pinned host memory in place (1 GiB)")
 """
 
 
@@ -43,6 +46,8 @@ def _run_step(
     (work / ".gpu" / "data" / "gsm8k" / "train.jsonl").write_text("")
     (shim / "python3").write_text(SHIM.replace("{python}", sys.executable))
     (shim / "python3").chmod(0o755)
+    (home / "b033" / "bin").mkdir(parents=True)  # the interpreter `models` makes on the device: the same shim
+    (home / "b033" / "bin" / "python").symlink_to(shim / "python3")
     log = tmp_path / "calls.jsonl"
     env = {
         **os.environ,
@@ -65,20 +70,28 @@ def _ab_plan(calls: list[list[str]]):
 
 
 @pytest.mark.parametrize(
-    ("step", "archive", "eager", "starts"),
-    [(("aa",), "aa", False, 2), (("aa", "eager"), "aa-eager", True, 2), (("text",), "ab-text-graphs", False, 3)],
+    ("step", "archive", "eager", "starts", "first"),
+    [
+        (("aa",), "aa", False, 2, 2),
+        (("aa", "eager"), "aa-eager", True, 2, 2),
+        (("text",), "ab-text-graphs", False, 3, 2),  # a first look at 2 starts a build, up to 3
+    ],
     ids=["A/A, graphs on", "A/A, eager", "A/B on the text model"],
 )
-def test_each_step_runs_a_valid_plan_served_as_stated_and_packs_one_archive(tmp_path, step, archive, eager, starts):
+def test_each_step_runs_a_valid_plan_served_as_stated_and_packs_one_archive(
+    tmp_path, step, archive, eager, starts, first
+):
     calls, out, proc = _run_step(tmp_path, *step)
     assert proc.returncode == 0, proc.stderr
     opts, plan = _ab_plan(calls)
     server = shlex.split(opts.server_args)
     assert ("--enforce-eager" in server) == eager
     assert {"--offload-backend", "--cpu-offload-params"} <= set(server)
-    assert plan.starts == starts and plan.min_starts == starts and plan.output_len == 128
+    assert plan.starts == starts and plan.min_starts == first and plan.output_len == 128
     assert plan.concurrency == (1, 2, 3, 4, 8) and not plan.vary_prompts and opts.resume
-    assert opts.moe_shape and opts.preflight is None
+    # the runner's measured UVA bandwidth feeds the report's evidence columns (issue 31 item 6)
+    preflight = tmp_path / "home" / f"{archive}.preflight.json"
+    assert opts.moe_shape and str(opts.preflight) == str(preflight) and preflight.is_file()
     if step[0] == "aa":
         assert opts.base_python == opts.pr_python and opts.base_label != opts.pr_label and opts.expect_same
         assert ["-m", "moegate.ab.spread", str(tmp_path / "home" / archive), "--same-build"] in calls
@@ -87,6 +100,7 @@ def test_each_step_runs_a_valid_plan_served_as_stated_and_packs_one_archive(tmp_
     with tarfile.open(out / f"{archive}.tgz") as tar:
         names = tar.getnames()
     assert f"{archive}/run.json" in names and f"{archive}.stderr" in names and f"{archive}.spread.md" in names
+    assert f"{archive}.preflight.json" in names
     assert "[ab] look after round 3" in proc.stdout  # the look lines come back in the call's output
 
 
