@@ -86,16 +86,29 @@ def decode_noise(data: ScoreData | None, greedy_1: Mapping[str, Sequence[Any]]) 
 def reference_max(data: ScoreData | None, base: BuildRun | None, reference: BuildRun | None) -> float:
     """M_R: the largest change the reference re-rounding makes to one token, in prefill (the base's sequences at
     composition 1) or in decode (the base's and the reference's greedy passes along their common prefix)."""
+    prefill = _prefill_max(data, data.reference) if data is not None and data.reference else 0.0
+    return max(prefill, _decode_max(base, reference))
+
+
+def _prefill_max(data: ScoreData | None, label: str) -> float:
+    """The largest change ``label`` makes to one token of the base's sequences in prefill (composition 0)."""
+    if data is None or label not in data.scores:
+        return 0.0
+    base = data.labels[0]
     worst = 0.0
-    if data is not None and data.reference and data.reference in data.scores:
-        a_lab, r_lab = data.labels[0], data.reference
-        for s in data.base_sequences():
-            a = np.asarray(data.scores[a_lab][0][s.seq_id].logprobs)
-            r = np.asarray(data.scores[r_lab][0][s.seq_id].logprobs)
-            if a.size:
-                worst = max(worst, float(np.abs(r - a).max()))
-    if base is not None and reference is not None:
-        for c, passes in reference.greedy.items():
+    for s in data.base_sequences():
+        a = np.asarray(data.scores[base][0][s.seq_id].logprobs)
+        x = np.asarray(data.scores[label][0][s.seq_id].logprobs)
+        if a.size and a.size == x.size:
+            worst = max(worst, float(np.abs(x - a).max()))
+    return worst
+
+
+def _decode_max(base: BuildRun | None, other: BuildRun | None) -> float:
+    """The largest change of one token between the base's greedy passes and ``other``'s, along their common prefix."""
+    worst = 0.0
+    if base is not None and other is not None:
+        for c, passes in other.greedy.items():
             for p in decode_pairs(base.greedy.get(c, []), passes):
                 if p.a.size:
                     worst = max(worst, float(np.abs(p.b - p.a).max()))
@@ -111,20 +124,8 @@ def pr_max(data: ScoreData | None, base: BuildRun | None = None, pr: BuildRun | 
     moves a token more than a re-rounding may, the scored and decode clauses fail it; the tie bound only stops
     greedy from failing a re-rounding they passed. It is measured on the base's sequences and the common prefix
     only, so a PR's divergences do not add to it (docs/e2e-rules.md)."""
-    worst = 0.0
-    if data is not None and data.sequences:
-        a_lab, b_lab = data.labels
-        for s in data.base_sequences():
-            a = np.asarray(data.scores[a_lab][0][s.seq_id].logprobs)
-            b = np.asarray(data.scores[b_lab][0][s.seq_id].logprobs)
-            if a.size and a.size == b.size:
-                worst = max(worst, float(np.abs(b - a).max()))
-    if base is not None and pr is not None:
-        for c, passes in pr.greedy.items():
-            for p in decode_pairs(base.greedy.get(c, []), passes):
-                if p.a.size:
-                    worst = max(worst, float(np.abs(p.b - p.a).max()))
-    return worst
+    prefill = _prefill_max(data, data.labels[1]) if data is not None and data.sequences else 0.0
+    return max(prefill, _decode_max(base, pr))
 
 
 def gsm8k_tie_bound(data: ScoreData | None, greedy_1: Mapping[str, Sequence[Any]], extra: float = 0.0) -> float:
