@@ -78,7 +78,7 @@ def judge(
         results.append(
             gsm8k.gsm8k_result(
                 (a, b), base.gsm8k, pr.gsm8k, repeats, data.gsm8k_divergences,
-                noise.gsm8k_tie_bound(data, {a: base.greedy.get(1, [])}, extra=m_r),
+                noise.gsm8k_tie_bound(data, {a: base.greedy.get(1, [])}, extra=max(m_r, m_p)),
                 detect=opts.gsm8k_detect, cap=gsm8k_cap(opts), promise=promise,
             )
         )  # fmt: skip
