@@ -10,7 +10,8 @@
 #                   deterministic and committed in results/raw/ab-text-h200.tar.xz); sha256 of every file;
 #                   $OUT/models.tgz. `models text nosamples`: about 220 s.
 #   aa [eager]      the A/A of issue 31: 0.33.0 against itself on $HOME/wide-text, served as the change description
-#                   served (CUDA graphs on), 2 rounds (4 starts), one look at 2 starts a build, --expect-same; with
+#                   served (CUDA graphs on), the plan `text` judges by (a first look at 2 starts a build, up to 3:
+#                   the completed A/A of 2026-12-03, capped at 2, resolved 1 in flight only), --expect-same; with
 #                   `eager`, the same with --enforce-eager. Prints the start-to-start spread of the decode time
 #                   (moegate.ab.spread, both labels one build: 3 degrees of freedom) and the rule's false-verdict and
 #                   power figures on runs drawn like it (moegate.ab.simulate); $OUT/aa[-eager].tgz. About 540 s
@@ -114,7 +115,8 @@ aa)
         dir=$HOME/aa args=$S
     fi
     preflight "$dir"
-    ab "$dir" "$py" 0.33.0-a "$py" 0.33.0-b "$args" 2 2 "${AB_NEW:-4}" --host-sorted both --expect-same \
+    ab "$dir" "$py" 0.33.0-a "$py" 0.33.0-b "$args" "${AB_STARTS:-3}" "${AB_MIN_STARTS:-2}" "${AB_NEW:-4}" \
+        --host-sorted both --expect-same \
         "${PRE[@]}"
     python3 -m moegate.ab.spread "$dir" --same-build | tee "$dir.spread.md"
     # SIM_RUNS=0 leaves the simulation to the machine the archive comes back to (the call's 600 s are the A/A's)

@@ -72,8 +72,8 @@ def _ab_plan(calls: list[list[str]]):
 @pytest.mark.parametrize(
     ("step", "archive", "eager", "starts", "first"),
     [
-        (("aa",), "aa", False, 2, 2),
-        (("aa", "eager"), "aa-eager", True, 2, 2),
+        (("aa",), "aa", False, 3, 2),  # the A/A is judged by the plan the A/B is
+        (("aa", "eager"), "aa-eager", True, 3, 2),
         (("text",), "ab-text-graphs", False, 3, 2),  # a first look at 2 starts a build, up to 3
     ],
     ids=["A/A, graphs on", "A/A, eager", "A/B on the text model"],
