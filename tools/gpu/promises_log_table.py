@@ -33,7 +33,9 @@ def pairs(log: str) -> list[dict[str, object]]:
             out.append({"label": label, "base": base, "pr": pr, "model": model, "gates": gates,
                         "wall_s": int(wall) // 1000, "rows": []})  # fmt: skip
         elif out and (r := ROW.match(line)):
-            out[-1]["rows"].append((r.group(1), r.group(3), r.group(2), line))  # type: ignore[union-attr]
+            rows = out[-1]["rows"]
+            assert isinstance(rows, list)
+            rows.append((r.group(1), r.group(3), r.group(2), line))
     return out
 
 
@@ -55,6 +57,8 @@ def row(p: dict[str, object]) -> str:
         _find(r"mean \|change\| (\S+ between vs \S+ within)", decode_i),
         _find(r"change per token \S+ / \S+ = (\S+ \(upper \S+\))", scored_e),
         _find(r"change per token \S+ / \S+ = (\S+ \(upper \S+\))", decode_e),
+        # the decode path beyond KAPPA: its change over the PR's own prefill change on the same tokens (rules of 4534779)
+        _find(r"path balance: \S+ decoded / \S+ in prefill on \d+ tokens = (\S+ \(upper \S+\))", decode_e),
         _find(r"(\d+) unexplained", greedy_e),
     ]
     return (
@@ -74,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args[0]}: no '== LABEL: exit ...' lines (not an e2e_plan.sh log)", file=sys.stderr)
         return 2
     print("| pair | model | base | PR | identical | equivalent | scored spread, nats/token | decode at 1, "
-          "nats/token | prefill ratio to reference | decode ratio at 1 | greedy unexplained at 1 | wall s |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | ---: | ---: |")
+          "nats/token | prefill ratio to reference | decode ratio at 1 | decode over prefill at 1 | "
+          "greedy unexplained at 1 | wall s |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | ---: | ---: |")
     for p in found:
         print(row(p))
     return 0
