@@ -14,8 +14,8 @@
 #                   the completed A/A of 2026-12-03, capped at 2, resolved 1 in flight only), --expect-same; with
 #                   `eager`, the same with --enforce-eager. Prints the start-to-start spread of the decode time
 #                   (moegate.ab.spread, both labels one build: 3 degrees of freedom) and the rule's false-verdict and
-#                   power figures on runs drawn like it (moegate.ab.simulate); $OUT/aa[-eager].tgz. About 540 s
-#                   (eager: about 600 s; the committed eager runs already give its spread, so run it last if at all).
+#                   power figures on runs drawn like it (moegate.ab.simulate); $OUT/aa[-eager].tgz. About 540 s, then
+#                   300 s resumed (eager: longer; the committed eager runs already give its spread: run it last if at all).
 #   text            the A/B of issue 31: 0.32.0 against 0.33.0 on $HOME/wide-text, graphs on, a first look at 2
 #                   starts a build and up to 3 (AB_MIN_STARTS / AB_STARTS change them; the A/A's spread resolves
 #                   +-5 % at 1 and 8 in flight by 2 and the rest by 3: results/ab-aa-h200.md), 4 new starts a call
