@@ -12,13 +12,18 @@ Per prompt ``i`` (the base's sequences, and the PR's continuation where it diffe
 - **bias** (two one-sided tests): ``delta_i``, the PR's mean log-probability change per token on prompt ``i``'s
   text (the base's continuation and the PR's, averaged: each build prefers the text it generated, and the
   average cancels that); the ``1 - 2 ALPHA`` t-interval of the mean of ``delta_i`` must lie inside
-  ``+-BIAS_FACTOR * S_R``, ``S_R`` the reference's mean |change| per token. A re-rounding is unbiased (random
-  sign); a scale or renormalisation error moves every sequence one way.
-- **damage, prefill**: the PR's mean |change| per token on the base's sequences over the reference's, ``Q``;
-  the upper ``1 - ALPHA`` bootstrap bound of ``Q`` (prompts resampled, fixed seed) must be at most ``KAPPA``.
-- **damage, decode** (the path the change under test acts on), at each in-flight count: the same ratio for the
+  ``+-BIAS_FACTOR * S_R``, ``S_R`` the reference's mean |change| per token. A re-rounding is nearly unbiased
+  (random sign, a small pull down that grows with its size); a scale or renormalisation error moves every
+  sequence one way.
+- **damage, prefill** (the whole model): the PR's mean |change| per token on the base's sequences over the
+  reference's, ``Q``; the upper ``1 - ALPHA`` bootstrap bound of ``Q`` (prompts resampled, fixed seed) must be at
+  most ``KAPPA_MODEL``: a change of every layer (another attention kernel, eager against compiled) moves the model
+  several times what the MoE re-rounding does.
+- **the decode path** (where the change under test acts), at each in-flight count: the same ratio for the
   log-probabilities both builds decoded along their common prefix (``decode_pairs``), over the reference's
-  along its common prefix with the base.
+  along its common prefix with the base, at most ``KAPPA``; or, beyond it, **path balance**: at most ``RHO``
+  times the PR's own prefill change on the same tokens (``balance_sums``), that prefill change itself within
+  ``KAPPA_MODEL``. A change of the whole model moves both paths alike; one confined to decode does not.
 - **one token**: no token moves by more than ``max(TOKEN_FLOOR, TOKEN_FACTOR * M_R)``, ``M_R`` the reference's
   largest move of one token.
 
