@@ -334,8 +334,14 @@ def decode_result(base: BuildRun, pr: BuildRun, reference: BuildRun | None, c: i
     bal = ratio(dec, pre) if dec else None
     within = r.upper <= KAPPA
     # balance vouches for the decode path only where the prefill change it is measured against is itself allowed
-    model = ratio(prefill_sums(data, b, [0]), prefill_sums(data, reference_of(data), [0]))
-    balanced = bal is not None and bal.tokens > 0 and bal.upper <= RHO and model.upper <= KAPPA_MODEL
+    # (that bootstrap only where balance is asked: within KAPPA it is not)
+    balanced = (
+        not within
+        and bal is not None
+        and bal.tokens > 0
+        and bal.upper <= RHO
+        and ratio(prefill_sums(data, b, [0]), prefill_sums(data, reference_of(data), [0])).upper <= KAPPA_MODEL
+    )
     passed = within or balanced
     bal_cell = (
         f"{bal.pr:.5f} decoded / {bal.reference:.5f} in prefill on {bal.tokens} tokens = {bal.value:.2f} "
