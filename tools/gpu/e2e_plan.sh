@@ -19,7 +19,11 @@
 #          res (experts resident; otherwise UVA-offloaded: --offload-backend uva ... experts),
 #          eager (--enforce-eager: no CUDA graphs, no torch.compile), triton-attn (--attention-backend TRITON_ATTN),
 #          tuned (a retuned fused-MoE config: BLOCK_SIZE_K 32 for every M, VLLM_TUNED_CONFIG_FOLDER),
-#          batchinv (VLLM_BATCH_INVARIANT=1: vLLM's batch-invariant kernels, another reduction order)
+#          batchinv (VLLM_BATCH_INVARIANT=1: vLLM's batch-invariant kernels, another reduction order),
+#          cublasws (CUBLAS_WORKSPACE_CONFIG=:4096:8, PyTorch's setting for cuBLAS's reproducibility),
+#          nocompile (no torch.compile, CUDA graphs for decode: mode 0, cudagraph_mode FULL_DECODE_ONLY),
+#          nographs (torch.compile, no CUDA graphs): the last three are plans/personality.plan's arms, which ask
+#          what makes two starts of one build compute differently (results/e2e-promises-h200.md)
 #   GATES  greedy | greedy,gsm8k
 #   PROMISE  what the pair's run is judged by (default identical); the other promise is judged from the same
 #          raw folder after the pairs (`python -m moegate.e2e compare --promise ...`), both land in the archive
@@ -81,18 +85,31 @@ pkill -KILL -f "^$HOME/builds/" 2>/dev/null
 mkdir -p "$OUT/$name"
 mkdir -p "$HOME/builds" "$HOME/e2e/$name" "$HOME/e2e-models"
 
-build() {  # build token -> its interpreter (made once per machine)
-  local tok=$1 ver bug="" dir
+interpreter() {  # build token -> where its interpreter is (or will be)
+  local tok=$1 ver bug=""
   ver=${tok%%[+@]*}
   case $tok in *+*) bug=${tok#*+}; bug=${bug%%@*} ;; esac
-  dir=$HOME/builds/$(echo "${ver}+${bug}" | tr -c 'A-Za-z0-9.\n' '_')
-  if [ ! -x "$dir/bin/python" ]; then
-    local site=$HOME/vllm-site
-    [ "$ver" = 032 ] && site=$HOME/vllm032
-    python3 -m moegate.vllm.planted "$dir" --python python3 --site "$site" --site "$HOME/eval-site" \
-      ${bug:+--bug "$bug"} >/dev/null || return 1
+  echo "$HOME/builds/$(echo "${ver}+${bug}" | tr -c 'A-Za-z0-9.\n' '_')/bin/python"
+}
+# A site is complete once its last part is installed (a staged part leaves .stage until then). The panel starts
+# during the bring-up (tools/gpu/README.md), so the 0.32.0 site may still be arriving: on 2026-12-03 its references
+# were built from half a site, failed at once, and their pairs waited 400 s for them (the last pair never started).
+site_ready() { [ -d "$1/vllm" ] && [ ! -d "$1/.stage" ]; }
+build() {  # build token -> its interpreter (made once per machine, from a complete site: waits SITE_WAIT_S for one)
+  local tok=$1 py site=$HOME/vllm-site w=0 bug=""
+  py=$(interpreter "$tok")
+  case $tok in *+*) bug=${tok#*+}; bug=${bug%%@*} ;; esac
+  if [ ! -x "$py" ]; then
+    [ "${tok%%[+@]*}" = 032 ] && site=$HOME/vllm032
+    while ! site_ready "$site"; do
+      [ $w -ge "${SITE_WAIT_S:-300}" ] && { echo "build $tok: $site is not complete after $w s" >&2; return 1; }
+      sleep 2; w=$((w + 2))
+    done
+    # one maker a build (the references are built side by side in the background, two of them can share one)
+    ( flock 9 && { [ -x "$py" ] || python3 -m moegate.vllm.planted "${py%/bin/python}" --python python3 \
+      --site "$site" --site "$HOME/eval-site" ${bug:+--bug "$bug"} >/dev/null; } ) 9>"${py%/bin/python}.lock" || return 1
   fi
-  echo "$dir/bin/python"
+  echo "$py"
 }
 
 UVA_ARGS=${UVA_ARGS-"--offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"}
@@ -102,10 +119,16 @@ flags() {  # build token -> its own server flags
   case $tok in *@res*) out="" ;; esac
   case $tok in *@eager*) out="$out --enforce-eager" ;; esac
   case $tok in *@triton-attn*) out="$out --attention-backend TRITON_ATTN" ;; esac
+  case $tok in *@nocompile*) out="$out --compilation-config '{\"mode\":0,\"cudagraph_mode\":\"FULL_DECODE_ONLY\"}'" ;; esac
+  case $tok in *@nographs*) out="$out --compilation-config '{\"cudagraph_mode\":\"NONE\"}'" ;; esac
   echo "$out"
 }
 envs() {  # build token -> its own --SIDE-env words
-  case $1 in *@tuned*) echo "VLLM_TUNED_CONFIG_FOLDER=$TUNED" ;; *@batchinv*) echo "VLLM_BATCH_INVARIANT=1" ;; esac
+  case $1 in
+    *@tuned*) echo "VLLM_TUNED_CONFIG_FOLDER=$TUNED" ;;
+    *@batchinv*) echo "VLLM_BATCH_INVARIANT=1" ;;
+    *@cublasws*) echo "CUBLAS_WORKSPACE_CONFIG=:4096:8" ;;
+  esac
 }
 
 tuned_config() {  # E=<experts>,N=<intermediate> for the H200: BLOCK_SIZE_K 32 for every M (the default is 64-128)
@@ -161,12 +184,14 @@ while read -r label model base _; do
   key=$(refkey "$model" "$base")
   [ -n "${refurl[$key]:-}" ] && continue
   dir=$(model_dir "$model" </dev/null) || continue
-  py=$(build "${base%%[+@]*}+reround=3" </dev/null) || { echo "reference $key: build failed"; continue; }
+  py=$(interpreter "${base%%[+@]*}+reround=3")
   rflags=$UVA_ARGS
   case $base in *@res*) rflags= ;; esac
   f=$HOME/e2e/$name/reference-$key.url; rm -f "$f"
-  "$DRIVER" -m tools.gpu.e2e_serve --python "$py" --model "$dir" --args "$ARGS --max-num-seqs 32 $rflags" \
-    --url-file "$f" --log "$HOME/e2e/$name/reference-$key.log" >"$HOME/e2e/$name/reference-$key.out" 2>&1 </dev/null &
+  # built in the background: its site may still be arriving (build waits for it), and the other references go on
+  ( build "${base%%[+@]*}+reround=3" >/dev/null || exit 1
+    exec "$DRIVER" -m tools.gpu.e2e_serve --python "$py" --model "$dir" --args "$ARGS --max-num-seqs 32 $rflags" \
+      --url-file "$f" --log "$HOME/e2e/$name/reference-$key.log" ) >"$HOME/e2e/$name/reference-$key.out" 2>&1 </dev/null &
   refpid[$key]=$!
   refurl[$key]=$f
   refpy[$key]=$py
@@ -190,7 +215,10 @@ while read -r label model base pr gates promise; do
   (
     s=$(date +%s%N)
     key=$(refkey "$model" "$base"); f=${refurl[$key]:-}; w=0
-    while [ -n "$f" ] && [ ! -s "$f" ] && [ $w -lt 400 ]; do sleep 2; w=$((w + 2)); done
+    # a reference that is gone (its build or its server failed) is not waited for: the pair starts its own (auto)
+    while [ -n "$f" ] && [ ! -s "$f" ] && [ $w -lt 400 ] && kill -0 "${refpid[$key]}" 2>/dev/null; do
+      sleep 2; w=$((w + 2))
+    done
     # the budget left once the reference is up (2026-12-02: counted before this wait, it let pairs run up to
     # 400 s past BUDGET_S, and the call was cut before it printed or archived anything)
     left=$(( t0 + BUDGET_S - $(date +%s) ))

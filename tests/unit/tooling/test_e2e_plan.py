@@ -6,9 +6,12 @@ and how many pairs run at once. On the device a mistake here costs a session's b
 from __future__ import annotations
 
 import json
+import shlex
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from tests.support import ROOT
@@ -27,9 +30,14 @@ if args[:2] in (["-m", "moegate.e2e"], ["-m", "tools.gpu.e2e_serve"]):  # what t
 def module(name):
     return args[:2] == ["-m", name]
 if module("moegate.vllm.planted"):
+    sites = [pathlib.Path(args[i + 1]) for i, a in enumerate(args) if a == "--site"]
+    if any((s / ".stage").exists() for s in sites):
+        sys.exit("half a site: no vllm to build from")  # as a real build from a half-installed site fails
     dest = pathlib.Path(args[2]); (dest / "bin").mkdir(parents=True)
     (dest / "bin" / "python").symlink_to(os.environ["SHIM"])
 elif module("tools.gpu.e2e_serve"):
+    if os.environ.get("SHIM_SERVE_FAILS"):
+        sys.exit("the server exited at once")
     url = pathlib.Path(args[args.index("--url-file") + 1]); url.write_text("http://127.0.0.1:1")
     time.sleep(30)
 elif module("moegate.e2e"):
@@ -53,15 +61,15 @@ resident  trained  033@res  033                  greedy  identical
 
 
 def _plan(
-    tmp_path: Path, max_pairs: str, extra_env: dict[str, str] | None = None
+    tmp_path: Path, max_pairs: str, extra_env: dict[str, str] | None = None, plan_text: str = PLAN
 ) -> tuple[list[list[str]], str, subprocess.CompletedProcess[str]]:
     home, out, shim = tmp_path / "home", tmp_path / "out", tmp_path / "bin"
-    for d in (home, out, shim):
+    for d in (home, out, shim, home / "vllm-site" / "vllm", home / "vllm032" / "vllm"):  # complete sites
         d.mkdir(parents=True, exist_ok=True)
     (shim / "python3").write_text(SHIM.format(python=sys.executable))
     (shim / "python3").chmod(0o755)
     plan = tmp_path / "panel.plan"
-    plan.write_text(PLAN)
+    plan.write_text(plan_text)
     log, running = tmp_path / "calls.jsonl", tmp_path / "running.txt"
     env = {
         **os.environ, "HOME": str(home), "OUT": str(out), "DATA": str(tmp_path), "SHIM_LOG": str(log),
@@ -129,3 +137,64 @@ def test_at_most_max_pairs_run_at_once(tmp_path):
     assert marks.split().count("+") == 4 and _most_at_once(marks) == 1
     _, marks, _ = _plan(tmp_path / "all", "99")
     assert _most_at_once(marks) > 1  # the check can fail: without a cap the pairs overlap
+
+
+def test_a_variant_that_sets_the_servers_environment_reaches_that_side_only(tmp_path):
+    text = "a  trained  033@cublasws  033  greedy  identical\nb  trained  033  033@batchinv  greedy  identical\n"
+    calls, _, proc = _plan(tmp_path, "99", plan_text=text)
+    assert proc.returncode == 0, proc.stderr
+    runs = {next(a for a in c if a.startswith("--out=")).split("/")[-2]: c
+            for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]}  # fmt: skip
+    envs = {lab: sorted(a.split("=", 1)[0] + "=" + a.split("=", 2)[1] for a in c
+                        if a.startswith("--") and "-env=" in a and "VLLM_CACHE_ROOT" not in a)
+            for lab, c in runs.items()}  # fmt: skip
+    assert envs == {"a": ["--base-env=CUBLAS_WORKSPACE_CONFIG"], "b": ["--pr-env=VLLM_BATCH_INVARIANT"]}
+    assert "--base-env=CUBLAS_WORKSPACE_CONFIG=:4096:8" in runs["a"]
+
+
+def test_a_site_still_arriving_is_waited_for(tmp_path):
+    stage = tmp_path / "home" / "vllm032" / ".stage"
+    stage.mkdir(parents=True)  # the 0.32.0 site half installed: the bring-up's later calls still to come
+    timer = threading.Timer(3.0, stage.rmdir)
+    timer.start()
+    try:
+        calls, _, proc = _plan(tmp_path, "99")
+    finally:
+        timer.cancel()
+    assert proc.returncode == 0, proc.stderr
+    runs = {next(a for a in c if a.startswith("--out=")).split("/")[-2] for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]}
+    assert runs == {"same", "bug", "old", "resident"}  # 0.32.0 built once its site was complete, not refused
+    serves = [Path(c[c.index("--python") + 1]).parent.parent.name for c in calls if c[1:3] == ["-m", "tools.gpu.e2e_serve"]]
+    assert "032_reround_3" in serves
+
+
+def test_a_reference_that_is_gone_does_not_hold_its_pairs(tmp_path):
+    t = time.monotonic()
+    calls, _, proc = _plan(tmp_path, "99", extra_env={"SHIM_SERVE_FAILS": "1"})
+    took = time.monotonic() - t
+    assert proc.returncode == 0, proc.stderr
+    runs = [c for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]]
+    assert len(runs) == 4 and not any("--reference-url" in c for c in runs)  # each pair starts its own
+    assert took < 60, took  # on 2026-12-03 the pairs of a failed reference waited 400 s for it
+
+
+def test_a_site_that_never_completes_is_not_built_from(tmp_path):
+    (tmp_path / "home" / "vllm032" / ".stage").mkdir(parents=True)
+    calls, _, proc = _plan(tmp_path, "99", extra_env={"SITE_WAIT_S": "2"})
+    assert proc.returncode == 0, proc.stderr
+    built = [Path(c[3]).name for c in calls if c[1:3] == ["-m", "moegate.vllm.planted"]]
+    assert "032_reround_3" not in built and "032_" not in built
+    assert "old: build failed" in proc.stdout
+
+
+def test_the_compile_and_graph_variants_reach_the_server_as_one_json_word_each(tmp_path):
+    text = "a  trained  033@nocompile  033@nographs  greedy  identical\n"
+    calls, _, proc = _plan(tmp_path, "99", plan_text=text)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = [c for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]]
+    words = {side: shlex.split(next(a for a in run if a.startswith(f"--{side}-args=")).split("=", 1)[1])
+             for side in ("base", "pr")}  # fmt: skip
+    for side, want in (("base", {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}), ("pr", {"cudagraph_mode": "NONE"})):
+        w = words[side]
+        assert json.loads(w[w.index("--compilation-config") + 1]) == want
+        assert "--offload-backend" in w  # still UVA-offloaded
