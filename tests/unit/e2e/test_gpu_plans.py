@@ -21,10 +21,11 @@ from tests.support import ROOT
 
 PLANS = sorted((ROOT / "tools" / "gpu" / "plans").glob("promises-*.plan"))
 DESIGN = sorted((ROOT / "tools" / "gpu" / "plans").glob("design-*.plan"))  # a rule's tuning data, apart from the panel
+PROBES = [ROOT / "tools" / "gpu" / "plans" / "personality.plan"]  # what a server's start chooses
 SCRIPT = (ROOT / "tools" / "gpu" / "e2e_plan.sh").read_text()
 VARIANTS = set(re.findall(r"\*@([a-z-]+)\*\)", SCRIPT))
 MODELS = ("random", "trained", "random-fp8")
-HARMLESS_VARIANTS = {"res", "eager", "triton-attn", "tuned", "batchinv"}
+HARMLESS_VARIANTS = {"res", "eager", "triton-attn", "tuned", "batchinv", "cublasws", "nocompile", "nographs"}
 
 
 def _build(tok: str) -> tuple[str, dict | None, list[str]]:
@@ -49,7 +50,7 @@ def test_the_promise_plans_exist_and_the_script_knows_their_variants():
 
 
 @pytest.mark.parametrize(
-    ("plan", "words"), _lines(PLANS + DESIGN), ids=lambda x: x.name if isinstance(x, Path) else x[0]
+    ("plan", "words"), _lines(PLANS + DESIGN + PROBES), ids=lambda x: x.name if isinstance(x, Path) else x[0]
 )
 def test_every_plan_line_is_one_the_script_runs(plan, words):
     assert len(words) in (5, 6), words
