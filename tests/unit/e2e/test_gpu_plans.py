@@ -21,7 +21,7 @@ from tests.support import ROOT
 
 PLANS = sorted((ROOT / "tools" / "gpu" / "plans").glob("promises-*.plan"))
 DESIGN = sorted((ROOT / "tools" / "gpu" / "plans").glob("design-*.plan"))  # a rule's tuning data, apart from the panel
-PROBES = [ROOT / "tools" / "gpu" / "plans" / "personality.plan"]  # what a server's start chooses
+PROBES = [ROOT / "tools" / "gpu" / "plans" / p for p in ("personality.plan", "eager-identical.plan")]
 SCRIPT = (ROOT / "tools" / "gpu" / "e2e_plan.sh").read_text()
 VARIANTS = set(re.findall(r"\*@([a-z-]+)\*\)", SCRIPT))
 MODELS = ("random", "trained", "random-fp8")
