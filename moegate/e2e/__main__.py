@@ -25,6 +25,7 @@ from moegate.e2e.data import DEFAULT_PROMISE, PROMISES
 from moegate.e2e.datasets import DataError
 from moegate.e2e.goldens import E2E_GOLDEN_DIR as GOLDEN_DIR
 from moegate.e2e.goldens import flag_value
+from moegate.e2e.rules.identical import starts_caveat
 from moegate.paths import REPORTS_DIR, ROOT
 from moegate.serve.build import Build, BuildError, env_pairs, parse_build, positive_ints
 from moegate.serve.server import ServerError, resolve_model, teardown_on_termination
@@ -233,6 +234,7 @@ def _run(args: argparse.Namespace) -> int:
     notes = [
         f"wall time {time.monotonic() - t0:.0f} s ({report.environment_line()})",
         rules.other_promise(runs[0], runs[1], opts, data, ref_run),
+        starts_caveat(flags) if args.promise == "identical" else None,
     ]
     page = report.render(title, runs, results, commands=commands, notes=[n for n in notes if n])
     report.write(Path(args.report), page)
@@ -301,10 +303,11 @@ def _compare(args: argparse.Namespace) -> int:
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
     results = rules.judge(runs[0], runs[1], opts, decode, data, ref_run)
     commands = [" ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:]])]
-    note = rules.other_promise(runs[0], runs[1], opts, data, ref_run)
+    notes = [rules.other_promise(runs[0], runs[1], opts, data, ref_run),
+             starts_caveat(flags) if args.promise == "identical" else None]  # fmt: skip
     page = report.render(
         f"moegate e2e ({args.promise}): {args.base} vs {args.pr}", runs, results, commands=commands,
-        notes=[note] if note else (),
+        notes=[n for n in notes if n],
     )  # fmt: skip
     report.write(Path(args.report), page)
     for r in results:

@@ -9,12 +9,15 @@ batch composition.
 
 The scores come from the scoring phase (``moegate/e2e/scored.py``), the decoded log-probabilities from the
 greedy passes (``moegate/e2e/greedy.py``).
+
+- ``starts_caveat``: the note a run gets where its servers ran with torch.compile and CUDA graphs: there two starts
+  of one build need not compute the same, which the rules' "within" (a server's own repeat) cannot see.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -22,6 +25,26 @@ from moegate.e2e import stats
 from moegate.e2e.data import BuildRun, DecodePair, ScoreData, decode_pairs
 from moegate.e2e.rules.noise import within_max
 from moegate.e2e.verdict import GateResult
+
+
+def starts_caveat(flags: Mapping[str, Sequence[str]]) -> str | None:
+    """A note for ``identical`` judged on servers that were not eager, else None.
+
+    On the H200, 25 starts of one 0.33.0 build with torch.compile and CUDA graphs on fell into 4 classes of
+    bit-identical output, and two starts agreed about one time in three; eager starts agreed
+    (results/e2e-promises-h200.md, "The panel of 2026-12-03 (2)"; docs/e2e-rules.md, "Two starts of one build").
+    A FAIL there may be the two starts', not the PR's: the note says so and what to do, the verdict stands.
+    """
+    compiled = sorted(label for label, f in flags.items() if "--enforce-eager" not in f)
+    if not compiled:
+        return None
+    return (
+        f"identical was judged on servers with torch.compile and CUDA graphs on ({', '.join(compiled)}: no "
+        "--enforce-eager). There two starts of one build compute differently about two times in three on the H200, "
+        "and a server's own repeat, the rules' within, cannot see it: a FAIL may be the starts', not the PR's. "
+        "Serve with --enforce-eager for this promise (the gate's e2e leg does), or judge --promise equivalent "
+        '(docs/e2e-rules.md, "Two starts of one build").'
+    )
 
 
 def scored_result(data: ScoreData, detect: float = stats.DETECT_NATS_PER_TOKEN) -> GateResult:

@@ -316,3 +316,34 @@ def test_under_equivalent_a_greedy_flip_within_the_prs_own_move_of_a_token_is_a_
     assert rows["scored (equivalent), base vs pr"].passed
     same = {r.gate: r for r in judge(base, pr, e2e.Options("m", (), gates=("greedy",)), None, data, ref)}
     assert not same["greedy (identical), 1 in flight"].passed
+
+
+def test_identical_judged_on_compiled_servers_carries_the_note_that_two_starts_may_differ():
+    eager = ("--dtype", "bfloat16", "--enforce-eager")
+    assert identical.starts_caveat({"base": eager, "pr": eager}) is None
+    note = identical.starts_caveat({"base": eager, "pr": ("--dtype", "bfloat16")})
+    assert note is not None and "(pr: no --enforce-eager)" in note and "--promise equivalent" in note
+
+
+def test_compare_puts_the_starts_note_on_an_identical_page_of_compiled_servers_only(tmp_path):
+    raw = tmp_path / "run"
+    raw.mkdir()
+    for label in ("base", "pr"):
+        b = e2e.BuildRun(Build(label, "(raw)"))
+        b.greedy = {1: [Completion("p0", "h", [7, 8], [[(7, -0.5), (3, -2.0)], [(8, -0.25), (9, -0.5)]])]}
+        b.repeat = {4: [Completion("p0", "h", [7, 8], [[(7, -0.5), (3, -2.0)], [(8, -0.25), (9, -0.5)]])]}
+        b.greedy[4] = b.repeat[4]
+        e2e.write_raw(b, raw)
+    pages = {}
+    for name, flags in (("graphs", "--dtype bfloat16"), ("eager", "--dtype bfloat16 --enforce-eager")):
+        report = tmp_path / f"{name}.md"
+        proc = subprocess.run(
+            [sys.executable, "-m", "moegate.e2e", "compare", f"--raw={raw}", "--base=base", "--pr=pr",
+             f"--model={tmp_path}", "--gates=greedy", "--promise=identical", f"--server-args={flags}",
+             f"--golden-dir={tmp_path / 'golden'}", f"--report={report}"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        pages[name] = report.read_text()
+    assert "two starts of one build compute differently" in pages["graphs"]
+    assert "two starts of one build compute differently" not in pages["eager"]
