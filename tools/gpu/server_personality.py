@@ -120,7 +120,9 @@ def _print_classes(dirs: list[Path]) -> None:
         w = _wall(d)
         build[f"{d.name}:base"], build[f"{d.name}:pr"] = w.get("base", "?"), w.get("pr", "?")
     for model, groups in classes(dirs).items():
-        print(f"\n{model}: {sum(map(len, groups))} servers, {len(groups)} classes of bit-identical greedy at 1 in flight\n")
+        print(
+            f"\n{model}: {sum(map(len, groups))} servers, {len(groups)} classes of bit-identical greedy at 1 in flight\n"
+        )
         print("| class | servers | builds |")
         print("| ---: | ---: | --- |")
         for i, g in enumerate(groups, 1):

@@ -6,8 +6,8 @@ and how many pairs run at once. On the device a mistake here costs a session's b
 from __future__ import annotations
 
 import json
-import shlex
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -162,9 +162,15 @@ def test_a_site_still_arriving_is_waited_for(tmp_path):
     finally:
         timer.cancel()
     assert proc.returncode == 0, proc.stderr
-    runs = {next(a for a in c if a.startswith("--out=")).split("/")[-2] for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]}
+    runs = {
+        next(a for a in c if a.startswith("--out=")).split("/")[-2]
+        for c in calls
+        if c[1:4] == ["-m", "moegate.e2e", "run"]
+    }
     assert runs == {"same", "bug", "old", "resident"}  # 0.32.0 built once its site was complete, not refused
-    serves = [Path(c[c.index("--python") + 1]).parent.parent.name for c in calls if c[1:3] == ["-m", "tools.gpu.e2e_serve"]]
+    serves = [
+        Path(c[c.index("--python") + 1]).parent.parent.name for c in calls if c[1:3] == ["-m", "tools.gpu.e2e_serve"]
+    ]
     assert "032_reround_3" in serves
 
 

@@ -4,6 +4,7 @@ servers of many pairs grouped into classes of bit-identical output; a folder wit
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,7 @@ def _moved(step: int, prompt: str = "p1") -> dict[str, tuple[np.ndarray, np.ndar
 
 
 def _pair(d: Path, passes: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]], base: str, pr: str) -> Path:
-    arrays = {}
+    arrays: dict[str, Any] = {}
     for key, per in passes.items():
         ids = list(per)
         arrays[f"greedy/{key}/token"] = np.concatenate([per[p][0] for p in ids])
@@ -53,8 +54,8 @@ def test_a_difference_in_tokens_or_length_counts_as_parting(tmp_path):
     other["p2"][0][3] = 99
     row = pair_row(_pair(tmp_path / "s", {"base/1": BASE, "base/4": BASE, "base/repeat-4": BASE, "pr/1": shorter,
                                           "pr/4": other, "pr/repeat-4": other}, "033", "033") / "compact.npz")  # fmt: skip
-    assert row["base / pr at 1"][1] == {"p0": 6, "p1": 6, "p2": 6}
-    assert row["base / pr at 4"][1] == {"p2": 3}
+    assert row["base / pr at 1"] == (3, {"p0": 6, "p1": 6, "p2": 6})
+    assert row["base / pr at 4"] == (3, {"p2": 3})
 
 
 def test_servers_of_many_pairs_fall_into_classes_and_another_build_lands_in_one(tmp_path):
