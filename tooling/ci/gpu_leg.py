@@ -158,6 +158,8 @@ def e2e_command(opts: argparse.Namespace, builds: dict[str, object]) -> list[str
         cmd += [f"--{role}={_need(builds, role, 'e2e')}", f"--{role}-label={builds.get(f'{role}_label', role)}"]
     cmd += [
         f"--model={model}",
+        # eager: two starts of one build compute alike only so, which `identical` needs (docs/e2e-rules.md,
+        # "Two starts of one build"); the A/B, which judges speed, serves with graphs
         f"--server-args={server_args(gpu=True)}",
         f"--eval-python={_need(builds, 'eval', 'e2e')}",
     ]
