@@ -24,10 +24,11 @@ compile), which a server's repeat, the ``within`` of the ``identical`` rule, nev
 the panel of 2026-12-03 (2)).
 
 ``--classes`` groups the servers of every pair given, by model, into classes of bit-identical greedy passes at 1
-in flight (the same prompts, the same tokens and log-probabilities all along): per build token of the plan (``033``,
-``033@res``, ``032``, ...) how many servers fell in each class, and for every server of another build the class it
-matches exactly, if any. A build started N times that falls into several classes computes differently from start
-to start; another build that lands exactly in one of them computes what that build computes.
+in flight (the same prompts, the same tokens and log-probabilities all along), and says per class how many servers
+of each build token of the plan (``033``, ``033@res``, ``032``, ...) fell in it. A build started N times that falls
+into several classes computes differently from start to start; a server of another build that lands in one of them
+computes what that build computes. Pairs are named by their folder (by its parent too where two folders share a
+name: two sessions' ``s-trained``).
 """
 
 from __future__ import annotations
@@ -93,13 +94,19 @@ def _wall(d: Path) -> dict[str, str]:
     return dict(zip(words[::2], words[1::2], strict=False))
 
 
+def _names(dirs: list[Path]) -> list[str]:
+    """Each pair folder's name, with its parent's where two share one."""
+    dup = {d.name for d in dirs if sum(e.name == d.name for e in dirs) > 1}
+    return [f"{d.parent.name}/{d.name}" if d.name in dup else d.name for d in dirs]
+
+
 def classes(dirs: list[Path]) -> dict[str, list[list[str]]]:
     """Model -> classes of servers (``PAIR:SIDE``) whose greedy passes at 1 in flight are bit-identical, largest first."""
     by_model: dict[str, list[tuple[str, dict[str, tuple[np.ndarray, np.ndarray]]]]] = {}
-    for d in dirs:
+    for d, name in zip(dirs, _names(dirs), strict=True):
         z, model = np.load(npz(d), allow_pickle=False), _wall(d).get("model", "?")
         for side in ("base", "pr"):
-            by_model.setdefault(model, []).append((f"{d.name}:{side}", _pass(z, f"{side}/1")))
+            by_model.setdefault(model, []).append((f"{name}:{side}", _pass(z, f"{side}/1")))
     out = {}
     for model, servers in by_model.items():
         groups: list[list[tuple[str, dict[str, tuple[np.ndarray, np.ndarray]]]]] = []
@@ -116,9 +123,9 @@ def classes(dirs: list[Path]) -> dict[str, list[list[str]]]:
 
 def _print_classes(dirs: list[Path]) -> None:
     build = {}
-    for d in dirs:
+    for d, name in zip(dirs, _names(dirs), strict=True):
         w = _wall(d)
-        build[f"{d.name}:base"], build[f"{d.name}:pr"] = w.get("base", "?"), w.get("pr", "?")
+        build[f"{name}:base"], build[f"{name}:pr"] = w.get("base", "?"), w.get("pr", "?")
     for model, groups in classes(dirs).items():
         print(
             f"\n{model}: {sum(map(len, groups))} servers, {len(groups)} classes of bit-identical greedy at 1 in flight\n"
@@ -142,6 +149,11 @@ def _cell(n: int, diffs: dict[str, int]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     by_class, cutting = "--classes" in args, "--cut" in args
+    unknown = [a for a in args if a.startswith("-") and a not in ("--classes", "--cut")]
+    if unknown or (by_class and cutting):
+        print(f"server_personality: {unknown[0] if unknown else '--classes and --cut'}: not an option here "
+              "(--classes or --cut, then pair folders)", file=sys.stderr)  # fmt: skip
+        return 2
     dirs = [Path(a) for a in args if a not in ("--classes", "--cut")]
     if not dirs:
         print("usage: python -m tools.gpu.server_personality [--classes] DIR...  (each holds compact.npz or greedy.npz)",

@@ -85,3 +85,11 @@ def test_the_greedy_cut_for_a_committed_archive_gives_the_same_classes(tmp_path)
         assert (d / "greedy.npz").is_file()
     assert classes(dirs) == full
     assert main(["--cut", str(dirs[0])]) == 2  # nothing to cut from
+
+
+def test_two_sessions_folders_of_one_name_stay_apart_and_an_unknown_option_is_one_line(tmp_path, capsys):
+    dirs = [_same_build(tmp_path / "one" / "s", BASE, BASE), _same_build(tmp_path / "two" / "s", BASE, _moved(5))]
+    assert classes(dirs)["trained"] == [["one/s:base", "one/s:pr", "two/s:base"], ["two/s:pr"]]
+    assert main(["--clases", str(dirs[0])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--clases" in err
