@@ -22,8 +22,9 @@
 #          batchinv (VLLM_BATCH_INVARIANT=1: vLLM's batch-invariant kernels, another reduction order),
 #          cublasws (CUBLAS_WORKSPACE_CONFIG=:4096:8, PyTorch's setting for cuBLAS's reproducibility),
 #          nocompile (no torch.compile, CUDA graphs for decode: mode 0, cudagraph_mode FULL_DECODE_ONLY),
-#          nographs (torch.compile, no CUDA graphs): the last three are plans/personality.plan's arms, which ask
-#          what makes two starts of one build compute differently (results/e2e-promises-h200.md)
+#          nographs (torch.compile, no CUDA graphs), rmsnorm-op (torch.compile, but vLLM's own RMSNorm kernel in
+#          place of the one Inductor writes): the last four are plans/personality.plan's arms, which ask what makes
+#          two starts of one build compute differently (results/e2e-promises-h200.md)
 #   GATES  greedy | greedy,gsm8k
 #   PROMISE  what the pair's run is judged by (default identical); the other promise is judged from the same
 #          raw folder after the pairs (`python -m moegate.e2e compare --promise ...`), both land in the archive
@@ -121,6 +122,7 @@ flags() {  # build token -> its own server flags
   case $tok in *@triton-attn*) out="$out --attention-backend TRITON_ATTN" ;; esac
   case $tok in *@nocompile*) out="$out --compilation-config '{\"mode\":0,\"cudagraph_mode\":\"FULL_DECODE_ONLY\"}'" ;; esac
   case $tok in *@nographs*) out="$out --compilation-config '{\"cudagraph_mode\":\"NONE\"}'" ;; esac
+  case $tok in *@rmsnorm-op*) out="$out --compilation-config '{\"custom_ops\":[\"+rms_norm\"]}'" ;; esac
   echo "$out"
 }
 envs() {  # build token -> its own --SIDE-env words

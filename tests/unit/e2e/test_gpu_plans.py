@@ -25,7 +25,17 @@ PROBES = [ROOT / "tools" / "gpu" / "plans" / p for p in ("personality.plan", "ea
 SCRIPT = (ROOT / "tools" / "gpu" / "e2e_plan.sh").read_text()
 VARIANTS = set(re.findall(r"\*@([a-z-]+)\*\)", SCRIPT))
 MODELS = ("random", "trained", "random-fp8")
-HARMLESS_VARIANTS = {"res", "eager", "triton-attn", "tuned", "batchinv", "cublasws", "nocompile", "nographs"}
+HARMLESS_VARIANTS = {
+    "res",
+    "eager",
+    "triton-attn",
+    "tuned",
+    "batchinv",
+    "cublasws",
+    "nocompile",
+    "nographs",
+    "rmsnorm-op",
+}
 
 
 def _build(tok: str) -> tuple[str, dict | None, list[str]]:

@@ -194,13 +194,15 @@ def test_a_site_that_never_completes_is_not_built_from(tmp_path):
 
 
 def test_the_compile_and_graph_variants_reach_the_server_as_one_json_word_each(tmp_path):
-    text = "a  trained  033@nocompile  033@nographs  greedy  identical\n"
+    text = "a  trained  033@nocompile  033@nographs  greedy  identical\nb  trained  033  033@rmsnorm-op  greedy\n"
     calls, _, proc = _plan(tmp_path, "99", plan_text=text)
     assert proc.returncode == 0, proc.stderr
-    (run,) = [c for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]]
-    words = {side: shlex.split(next(a for a in run if a.startswith(f"--{side}-args=")).split("=", 1)[1])
-             for side in ("base", "pr")}  # fmt: skip
-    for side, want in (("base", {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}), ("pr", {"cudagraph_mode": "NONE"})):
-        w = words[side]
-        assert json.loads(w[w.index("--compilation-config") + 1]) == want
+    runs = {next(a for a in c if a.startswith("--out=")).split("/")[-2]: c
+            for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]}  # fmt: skip
+    want = {("a", "base"): {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}, ("a", "pr"): {"cudagraph_mode": "NONE"},
+            ("b", "base"): None, ("b", "pr"): {"custom_ops": ["+rms_norm"]}}  # fmt: skip
+    for (label, side), config in want.items():
+        w = shlex.split(next(a for a in runs[label] if a.startswith(f"--{side}-args=")).split("=", 1)[1])
+        got = json.loads(w[w.index("--compilation-config") + 1]) if "--compilation-config" in w else None
+        assert got == config, (label, side, w)
         assert "--offload-backend" in w  # still UVA-offloaded
