@@ -40,8 +40,9 @@ def starts_caveat(flags: Mapping[str, Sequence[str]]) -> str | None:
         return None
     return (
         f"identical was judged on servers with torch.compile and CUDA graphs on ({', '.join(compiled)}: no "
-        "--enforce-eager). There two starts of one build compute differently about two times in three on the H200, "
-        "and a server's own repeat, the rules' within, cannot see it: a FAIL may be the starts', not the PR's. "
+        "--enforce-eager). There two starts of one build can compute differently (measured on the H200: "
+        "results/e2e-promises-h200.md), and a server's own repeat, the rules' within, cannot see it: a FAIL may be "
+        "the starts', not the PR's. "
         "Serve with --enforce-eager for this promise (the gate's e2e leg does), or judge --promise equivalent "
         '(docs/e2e-rules.md, "Two starts of one build").'
     )
