@@ -85,6 +85,12 @@ def _plan(
     return calls, running.read_text() if running.exists() else "", proc
 
 
+def _runs(calls: list[list[str]]) -> dict[str, list[str]]:
+    """Each pair's `moegate.e2e run` call, by the pair's label (its --out folder)."""
+    return {next(a for a in c if a.startswith("--out=")).split("/")[-2]: c
+            for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]}  # fmt: skip
+
+
 def _most_at_once(marks: str) -> int:
     n = most = 0
     for m in marks.split():
@@ -103,8 +109,7 @@ def test_each_pair_is_judged_against_its_own_bases_version_re_rounded_where_its_
     refs = {(Path(c[c.index("--python") + 1]).parent.parent.name, "--offload-backend" in c[c.index("--args") + 1])
             for c in serves}  # fmt: skip
     assert refs == {("033_reround_3", True), ("032_reround_3", True), ("033_reround_3", False)}  # one per model+base
-    by_label = {next(a for a in c if a.startswith("--out=")).split("/")[-2]: c
-                for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]}  # fmt: skip
+    by_label = _runs(calls)
     reference = {lab: Path(c[c.index("--reference") + 1]).parent.parent.name for lab, c in by_label.items()}
     assert reference == {"same": "033_reround_3", "bug": "033_reround_3", "old": "032_reround_3",
                          "resident": "033_reround_3"}  # fmt: skip
@@ -143,8 +148,7 @@ def test_a_variant_that_sets_the_servers_environment_reaches_that_side_only(tmp_
     text = "a  trained  033@cublasws  033  greedy  identical\nb  trained  033  033@batchinv  greedy  identical\n"
     calls, _, proc = _plan(tmp_path, "99", plan_text=text)
     assert proc.returncode == 0, proc.stderr
-    runs = {next(a for a in c if a.startswith("--out=")).split("/")[-2]: c
-            for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]}  # fmt: skip
+    runs = _runs(calls)
     envs = {lab: sorted(a.split("=", 1)[0] + "=" + a.split("=", 2)[1] for a in c
                         if a.startswith("--") and "-env=" in a and "VLLM_CACHE_ROOT" not in a)
             for lab, c in runs.items()}  # fmt: skip
@@ -162,12 +166,12 @@ def test_a_site_still_arriving_is_waited_for(tmp_path):
     finally:
         timer.cancel()
     assert proc.returncode == 0, proc.stderr
-    runs = {
-        next(a for a in c if a.startswith("--out=")).split("/")[-2]
-        for c in calls
-        if c[1:4] == ["-m", "moegate.e2e", "run"]
-    }
-    assert runs == {"same", "bug", "old", "resident"}  # 0.32.0 built once its site was complete, not refused
+    assert set(_runs(calls)) == {
+        "same",
+        "bug",
+        "old",
+        "resident",
+    }  # 0.32.0 built once its site was complete, not refused
     serves = [
         Path(c[c.index("--python") + 1]).parent.parent.name for c in calls if c[1:3] == ["-m", "tools.gpu.e2e_serve"]
     ]
@@ -197,8 +201,7 @@ def test_the_compile_and_graph_variants_reach_the_server_as_one_json_word_each(t
     text = "a  trained  033@nocompile  033@nographs  greedy  identical\nb  trained  033  033@rmsnorm-op  greedy\n"
     calls, _, proc = _plan(tmp_path, "99", plan_text=text)
     assert proc.returncode == 0, proc.stderr
-    runs = {next(a for a in c if a.startswith("--out=")).split("/")[-2]: c
-            for c in calls if c[1:4] == ["-m", "moegate.e2e", "run"]}  # fmt: skip
+    runs = _runs(calls)
     want = {("a", "base"): {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY"}, ("a", "pr"): {"cudagraph_mode": "NONE"},
             ("b", "base"): None, ("b", "pr"): {"custom_ops": ["+rms_norm"]}}  # fmt: skip
     for (label, side), config in want.items():
