@@ -86,6 +86,13 @@ def compact(run_dir: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def per_item(z: np.lib.npyio.NpzFile, key: str, field: str, ids: str = "prompt_ids") -> dict[str, np.ndarray]:
+    """One field of a pass read back, cut per prompt (or per sequence, ``ids="seq_ids"``): ``per_item(z,
+    "greedy/base/1", "logprob")`` -> {prompt id: that prompt's log-probabilities}."""
+    off, names, vals = z[f"{key}/offsets"], z[f"{key}/{ids}"], z[f"{key}/{field}"]
+    return {str(n): vals[off[i] : off[i + 1]] for i, n in enumerate(names)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.gpu.compact_run", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("run_dir", type=Path)

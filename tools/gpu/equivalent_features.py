@@ -18,17 +18,15 @@ from pathlib import Path
 import numpy as np
 
 from moegate.e2e.rules.equivalent import ratio, tost
+from tools.gpu.compact_run import per_item
 
 
 def _split(z: np.lib.npyio.NpzFile, key: str, ids: str) -> dict[str, np.ndarray]:
-    off, names = z[f"{key}/offsets"], z[f"{key}/{ids}"]
-    vals = z[f"{key}/logprob"].astype(float)
-    return {str(n): vals[off[i] : off[i + 1]] for i, n in enumerate(names)}
+    return {k: v.astype(float) for k, v in per_item(z, key, "logprob", ids).items()}
 
 
 def _tokens(z: np.lib.npyio.NpzFile, key: str) -> dict[str, np.ndarray]:
-    off, names = z[f"{key}/offsets"], z[f"{key}/prompt_ids"]
-    return {str(n): z[f"{key}/token"][off[i] : off[i + 1]] for i, n in enumerate(names)}
+    return per_item(z, key, "token")
 
 
 def _prefix(x: np.ndarray, y: np.ndarray, *lps: np.ndarray) -> int:

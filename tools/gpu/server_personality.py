@@ -38,14 +38,15 @@ from pathlib import Path
 
 import numpy as np
 
+from tools.gpu.compact_run import per_item
+
 PASSES = (("base 4 / repeat", "base/4", "base/repeat-4"), ("pr 4 / repeat", "pr/4", "pr/repeat-4"),
           ("base / pr at 1", "base/1", "pr/1"), ("base / pr at 4", "base/4", "pr/4"))  # fmt: skip
 
 
 def _pass(z: np.lib.npyio.NpzFile, key: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    off, names = z[f"greedy/{key}/offsets"], z[f"greedy/{key}/prompt_ids"]
-    tok, lp = z[f"greedy/{key}/token"], z[f"greedy/{key}/logprob"]
-    return {str(n): (tok[off[i] : off[i + 1]], lp[off[i] : off[i + 1]]) for i, n in enumerate(names)}
+    tok, lp = per_item(z, f"greedy/{key}", "token"), per_item(z, f"greedy/{key}", "logprob")
+    return {p: (tok[p], lp[p]) for p in tok}
 
 
 def first_differences(a: dict[str, tuple[np.ndarray, np.ndarray]],
