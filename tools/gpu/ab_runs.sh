@@ -16,6 +16,10 @@
 #                   (moegate.ab.spread, both labels one build: 3 degrees of freedom) and the rule's false-verdict and
 #                   power figures on runs drawn like it (moegate.ab.simulate); $OUT/aa[-eager].tgz. About 540 s, then
 #                   300 s resumed (eager: longer; the committed eager runs already give its spread: run it last if at all).
+#   warm            both builds' compile caches for `text`, filled while other GPU work runs: one server start each
+#                   (0.32.0, then 0.33.0) on $HOME/wide-text with `text`'s flags and a small GPU memory share
+#                   (tools/gpu/warm_server.py; not part of vLLM's cache key). The runs then start as a runner that
+#                   keeps VLLM_CACHE_ROOT would: up in about 46 s, not 122-148 s. About 2 x 130 s, nothing measured.
 #   text            the A/B of issue 31: 0.32.0 against 0.33.0 on $HOME/wide-text, graphs on, a first look at 2
 #                   starts a build and up to 3 (AB_MIN_STARTS / AB_STARTS change them; the A/A's spread resolves
 #                   +-5 % at 1 and 8 in flight by 2 and the rest by 3: results/ab-aa-h200.md), 4 new starts a call
@@ -123,6 +127,15 @@ aa)
     sim=${SIM_RUNS:-20000}
     [ "$sim" -gt 0 ] && python3 -m moegate.ab.simulate "$dir" --same-build --runs "$sim" --seed 0 | tee "$dir.simulate.md"
     pack "$dir" ;;
+warm)
+    [ -d "$HOME/wide-text" ] || { echo "ab_runs.sh warm: no \$HOME/wide-text (run 'models text nosamples' first)" >&2; exit 2; }
+    [ -x "$HOME/b032/bin/python" ] || python3 -m moegate.vllm.planted "$HOME/b032" --python python3 \
+        --site "$HOME/vllm032" --site "$HOME/eval-site" >/dev/null || exit 2
+    for b in 032 033; do
+        python3 -m tools.gpu.warm_server "$HOME/b$b/bin/python" "$HOME/wide-text" "$OUT/warm-$b.log" "$S" \
+            --env VLLM_USE_FLASHINFER_SAMPLER=0 --util "${WARM_UTIL:-0.15}"
+        echo "warm $b: exit $?"
+    done ;;
 text)
     [ -d "$HOME/wide-text" ] || { echo "ab_runs.sh text: no \$HOME/wide-text (run 'models text nosamples' first)" >&2; exit 2; }
     [ -x "$HOME/b032/bin/python" ] || python3 -m moegate.vllm.planted "$HOME/b032" --python python3 \
@@ -134,5 +147,5 @@ text)
     python3 -m moegate.ab.spread "$dir" | tee "$dir.spread.md"
     pack "$dir" ;;
 *)
-    echo "ab_runs.sh: unknown step $step (models, aa, text)" >&2; exit 2 ;;
+    echo "ab_runs.sh: unknown step $step (models, aa, warm, text)" >&2; exit 2 ;;
 esac

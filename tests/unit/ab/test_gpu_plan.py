@@ -108,3 +108,28 @@ def test_a_step_without_the_model_says_which_step_makes_it(tmp_path):
     calls, _, proc = _run_step(tmp_path, "text", model=False)
     assert proc.returncode == 2 and "run 'models text nosamples' first" in proc.stderr
     assert not any(c[:2] == ["-m", "moegate.ab"] for c in calls)
+
+
+def test_the_warm_step_starts_each_build_with_the_text_runs_flags_and_model_so_its_cache_is_theirs(tmp_path):
+    """vLLM's compile cache is keyed by the model path and the serving flags (the memory share left out): a warm
+    start with other flags would fill a cache the A/B never reads, and its starts would still compile."""
+    text_calls, _, _ = _run_step(tmp_path / "text", "text")
+    opts, _ = _ab_plan(text_calls)
+    calls, out, proc = _run_step(tmp_path / "warm", "warm")
+    assert proc.returncode == 0, proc.stderr
+    warms = [c for c in calls if c[:2] == ["-m", "tools.gpu.warm_server"]]
+    home = tmp_path / "warm" / "home"
+    assert [w[2] for w in warms] == [str(home / "b032" / "bin" / "python"), str(home / "b033" / "bin" / "python")]
+    for w in warms:
+        assert w[3] == str(home / "wide-text") and w[5] == opts.server_args
+        assert w[w.index("--env") + 1] == "VLLM_USE_FLASHINFER_SAMPLER=0" and "--util" in w
+        assert Path(w[4]).parent == out
+    assert not any(c[:2] == ["-m", "moegate.ab"] for c in calls)  # it measures nothing
+
+
+def test_the_warm_start_refuses_a_memory_share_outside_zero_to_one(capsys):
+    from tools.gpu.warm_server import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["python", "model", "log", "", "--util", "1.5"])
+    assert exc.value.code == 2 and "--util" in capsys.readouterr().err
