@@ -56,6 +56,16 @@ ab() {  # ab OUTDIR BASE_PY BASE_LABEL PR_PY PR_LABEL SERVER_ARGS STARTS MIN_STA
     echo "ab $(basename "$out"): exit $?"
     grep -h "^\[ab\] look\|over at\|moegate.ab:" "$out.stderr" | tail -8
 }
+b032() {  # $HOME/b032 from a complete 0.32.0 site (a staged part leaves .stage until the last), waiting SITE_WAIT_S
+    # (300) for one: started during the bring-up, `warm` and `text` must not build it from a site still arriving
+    local w=0
+    [ -x "$HOME/b032/bin/python" ] && return 0
+    until [ -d "$HOME/vllm032/vllm" ] && [ ! -d "$HOME/vllm032/.stage" ]; do
+        [ $w -ge "${SITE_WAIT_S:-300}" ] && { echo "ab_runs.sh: \$HOME/vllm032 is not complete after $w s" >&2; return 1; }
+        sleep 5; w=$((w + 5))
+    done
+    python3 -m moegate.vllm.planted "$HOME/b032" --python python3 --site "$HOME/vllm032" --site "$HOME/eval-site" >/dev/null
+}
 PRE=()
 preflight() {  # preflight DIR: the runner's UVA read bandwidth for the report, measured once a run folder; a failed
     # check is printed and the A/B still runs (its report then says which figure it used instead)
@@ -129,8 +139,7 @@ aa)
     pack "$dir" ;;
 warm)
     [ -d "$HOME/wide-text" ] || { echo "ab_runs.sh warm: no \$HOME/wide-text (run 'models text nosamples' first)" >&2; exit 2; }
-    [ -x "$HOME/b032/bin/python" ] || python3 -m moegate.vllm.planted "$HOME/b032" --python python3 \
-        --site "$HOME/vllm032" --site "$HOME/eval-site" >/dev/null || exit 2
+    b032 || exit 2
     for b in 032 033; do
         python3 -m tools.gpu.warm_server "$HOME/b$b/bin/python" "$HOME/wide-text" "$OUT/warm-$b.log" "$S" \
             --env VLLM_USE_FLASHINFER_SAMPLER=0 --util "${WARM_UTIL:-0.15}"
@@ -138,8 +147,7 @@ warm)
     done ;;
 text)
     [ -d "$HOME/wide-text" ] || { echo "ab_runs.sh text: no \$HOME/wide-text (run 'models text nosamples' first)" >&2; exit 2; }
-    [ -x "$HOME/b032/bin/python" ] || python3 -m moegate.vllm.planted "$HOME/b032" --python python3 \
-        --site "$HOME/vllm032" --site "$HOME/eval-site" >/dev/null || exit 2
+    b032 || exit 2
     dir=$HOME/ab-text-graphs
     preflight "$dir"
     ab "$dir" "$HOME/b032/bin/python" 0.32.0 "$HOME/b033/bin/python" 0.33.0 "$S" "${AB_STARTS:-3}" \

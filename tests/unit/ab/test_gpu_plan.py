@@ -37,11 +37,15 @@ if args[:3] == ["-m", "moegate", "preflight"]:  # the runner's preflight, as the
 
 
 def _run_step(
-    tmp_path: Path, *step: str, model: bool = True
+    tmp_path: Path, *step: str, model: bool = True, staged: bool = False
 ) -> tuple[list[list[str]], Path, subprocess.CompletedProcess[str]]:
+    """``staged``: the 0.32.0 site is still arriving (its ``.stage`` left by a part before the last)."""
     home, out, work, shim = tmp_path / "home", tmp_path / "out", tmp_path / "work", tmp_path / "bin"
-    for d in (home / "wide-text" if model else home, out, work / ".gpu" / "data" / "gsm8k", shim):
+    site = home / "vllm032"
+    for d in (home / "wide-text" if model else home, out, work / ".gpu" / "data" / "gsm8k", shim, site / "vllm"):
         d.mkdir(parents=True, exist_ok=True)
+    if staged:
+        (site / ".stage").mkdir()
     (work / ".gpu" / "data" / "sharegpt.json").write_text("[]")
     (work / ".gpu" / "data" / "gsm8k" / "train.jsonl").write_text("")
     (shim / "python3").write_text(SHIM.replace("{python}", sys.executable))
@@ -55,6 +59,7 @@ def _run_step(
         "OUT": str(out),
         "SHIM_LOG": str(log),
         "PATH": f"{shim}:{os.environ['PATH']}",
+        "SITE_WAIT_S": "0",
     }
     proc = subprocess.run(
         ["bash", str(SCRIPT), *step], cwd=work, env=env, capture_output=True, text=True, timeout=60, check=False
@@ -133,3 +138,12 @@ def test_the_warm_start_refuses_a_memory_share_outside_zero_to_one(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["python", "model", "log", "", "--util", "1.5"])
     assert exc.value.code == 2 and "--util" in capsys.readouterr().err
+
+
+def test_warm_and_text_do_not_build_0_32_0_from_a_site_still_arriving(tmp_path):
+    """Started during the bring-up, they would otherwise make b032 from half a site (the e2e plan's fault of
+    2026-12-03 (2)): they wait SITE_WAIT_S for a complete one, then stop in one line."""
+    for step in ("warm", "text"):
+        calls, _, proc = _run_step(tmp_path / step, step, staged=True)
+        assert proc.returncode == 2 and "vllm032 is not complete" in proc.stderr
+        assert not any(c[:2] in (["-m", "moegate.vllm.planted"], ["-m", "tools.gpu.warm_server"]) for c in calls)
