@@ -47,7 +47,8 @@ def test_a_warm_start_serves_the_given_flags_with_its_memory_share_last_and_stop
     assert code == 0
     argv = json.loads((tmp_path / "argv.json").read_text())
     assert argv[argv.index("--model") + 1] == str(tmp_path / "model")
-    assert argv[-8:] == [*flags.split(), "--gpu-memory-utilization", "0.2"]  # the last one is the one vLLM keeps
+    # the last one is the one vLLM keeps
+    assert argv[-10:] == [*flags.split(), "--gpu-memory-utilization", "0.2", "--kv-cache-memory-bytes", str(2 << 30)]
     assert "healthy in" in capsys.readouterr().out
     assert not (tmp_path / "warm.pgid").exists(), "the stopped server's record stays"
 
