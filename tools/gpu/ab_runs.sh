@@ -17,9 +17,9 @@
 #                   power figures on runs drawn like it (moegate.ab.simulate); $OUT/aa[-eager].tgz. About 540 s, then
 #                   300 s resumed (eager: longer; the committed eager runs already give its spread: run it last if at all).
 #   warm            both builds' compile caches for `text`, filled while other GPU work runs: one server start each
-#                   (0.32.0, then 0.33.0) on $HOME/wide-text with `text`'s flags and a small GPU memory share
+#                   (side by side) on $HOME/wide-text with `text`'s flags and a small GPU memory share
 #                   (tools/gpu/warm_server.py; not part of vLLM's cache key). The runs then start as a runner that
-#                   keeps VLLM_CACHE_ROOT would: up in about 46 s, not 122-148 s. About 2 x 130 s, nothing measured.
+#                   keeps VLLM_CACHE_ROOT would: up in about 46 s, not 122-148 s. About 150 s, nothing measured.
 #   text            the A/B of issue 31: 0.32.0 against 0.33.0 on $HOME/wide-text, graphs on, a first look at 2
 #                   starts a build and up to 3 (AB_MIN_STARTS / AB_STARTS change them; the A/A's spread resolves
 #                   +-5 % at 1 and 8 in flight by 2 and the rest by 3: results/ab-aa-h200.md), 4 new starts a call
@@ -140,11 +140,12 @@ aa)
 warm)
     [ -d "$HOME/wide-text" ] || { echo "ab_runs.sh warm: no \$HOME/wide-text (run 'models text nosamples' first)" >&2; exit 2; }
     b032 || exit 2
-    for b in 032 033; do
-        python3 -m tools.gpu.warm_server "$HOME/b$b/bin/python" "$HOME/wide-text" "$OUT/warm-$b.log" "$S" \
+    for b in 032 033; do  # side by side: nothing is measured
+        ( python3 -m tools.gpu.warm_server "$HOME/b$b/bin/python" "$HOME/wide-text" "$OUT/warm-$b.log" "$S" \
             --env VLLM_USE_FLASHINFER_SAMPLER=0 --util "${WARM_UTIL:-0.15}"
-        echo "warm $b: exit $?"
-    done ;;
+          echo "warm $b: exit $?" ) &
+    done
+    wait ;;
 text)
     [ -d "$HOME/wide-text" ] || { echo "ab_runs.sh text: no \$HOME/wide-text (run 'models text nosamples' first)" >&2; exit 2; }
     b032 || exit 2
