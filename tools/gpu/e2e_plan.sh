@@ -175,11 +175,19 @@ ARGS=${SERVER_ARGS:-"--max-model-len 4096 --dtype bfloat16 --max-num-seqs 4 --no
 --gpu-memory-utilization $UTIL --kv-cache-memory-bytes $KV"}
 
 # One reference re-rounding per model and base that a pending pair uses: the base's own version re-rounded
-# (VERSION+reround=3), served where the base's experts live. (2026-12-02: one 0.33.0 UVA reference per model served
-# every pair, so for a 0.32.0 or a resident base the yardstick was the PR's build, not the base re-rounded.)
+# (VERSION+reround=3), served as the base serves (its experts' place, eager or compiled, its attention backend:
+# the base token's own flags and environment, as `moegate.e2e run --reference auto` does). (2026-12-02: one 0.33.0
+# UVA reference per model served every pair, so for a 0.32.0 or a resident base the yardstick was the PR's build,
+# not the base re-rounded. 2026-12-03 (3): the reference served compiled beside `@eager` bases, so the yardstick
+# held the eager-against-compiled difference, 8 times a re-rounding's in decode, and two decode-only bugs passed
+# `equivalent`: results/e2e-promises-h200.md, "The eager run".)
 declare -A refurl refpid refpy
 pending() { local w=$HOME/e2e/$name/$1/wall.txt; ! grep -qE '^exit (0|1) ' "$w" 2>/dev/null; }
-refkey() { local res=; case $2 in *@res*) res=-res ;; esac; echo "$1-${2%%[+@]*}$res"; }  # MODEL BASE -> its key
+refkey() {  # MODEL BASE -> its key: the model, the base's version and its serving variants (033@res@eager: 033-res-eager)
+  local mode=
+  case $2 in *@*) mode=-$(echo "${2#*@}" | tr '@' '-') ;; esac
+  echo "$1-${2%%[+@]*}$mode"
+}
 while read -r label model base _; do
   case $label in ''|'#'*) continue ;; esac
   pending "$label" || continue
@@ -187,13 +195,13 @@ while read -r label model base _; do
   [ -n "${refurl[$key]:-}" ] && continue
   dir=$(model_dir "$model" </dev/null) || continue
   py=$(interpreter "${base%%[+@]*}+reround=3")
-  rflags=$UVA_ARGS
-  case $base in *@res*) rflags= ;; esac
+  rflags=$(flags "$base") renv=()
+  for e in $(envs "$base"); do renv+=(--env "$e"); done
   f=$HOME/e2e/$name/reference-$key.url; rm -f "$f"
   # built in the background: its site may still be arriving (build waits for it), and the other references go on
   ( build "${base%%[+@]*}+reround=3" >/dev/null || exit 1
     exec "$DRIVER" -m tools.gpu.e2e_serve --python "$py" --model "$dir" --args "$ARGS --max-num-seqs 32 $rflags" \
-      --url-file "$f" --log "$HOME/e2e/$name/reference-$key.log" ) >"$HOME/e2e/$name/reference-$key.out" 2>&1 </dev/null &
+      "${renv[@]}" --url-file "$f" --log "$HOME/e2e/$name/reference-$key.log" ) >"$HOME/e2e/$name/reference-$key.out" 2>&1 </dev/null &
   refpid[$key]=$!
   refurl[$key]=$f
   refpy[$key]=$py

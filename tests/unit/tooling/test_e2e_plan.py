@@ -38,7 +38,7 @@ if module("moegate.vllm.planted"):
 elif module("tools.gpu.e2e_serve"):
     if os.environ.get("SHIM_SERVE_FAILS"):
         sys.exit("the server exited at once")
-    url = pathlib.Path(args[args.index("--url-file") + 1]); url.write_text("http://127.0.0.1:1")
+    url = pathlib.Path(args[args.index("--url-file") + 1]); url.write_text("http://127.0.0.1:1/" + url.stem)  # which reference a pair was given
     time.sleep(30)
 elif module("moegate.e2e"):
     running = pathlib.Path(os.environ["SHIM_RUNNING"])
@@ -209,3 +209,33 @@ def test_the_compile_and_graph_variants_reach_the_server_as_one_json_word_each(t
         got = json.loads(w[w.index("--compilation-config") + 1]) if "--compilation-config" in w else None
         assert got == config, (label, side, w)
         assert "--offload-backend" in w  # still UVA-offloaded
+
+
+def test_the_reference_serves_as_its_base_serves_eager_beside_eager_and_tuned_beside_tuned(tmp_path):
+    """2026-12-03 (3): the reference served compiled beside `@eager` bases, so the yardstick of `equivalent` held the
+    eager-against-compiled difference (8 times a re-rounding's in decode) and two decode-only bugs passed."""
+    plan = """# LABEL MODEL BASE PR GATES PROMISE
+compiled  trained  033             033              greedy  equivalent
+eager     trained  033@eager       033@eager        greedy  equivalent
+res-eager trained  033@res@eager   033@eager        greedy  equivalent
+tuned     trained  033@tuned       033              greedy  equivalent
+"""
+    calls, _, proc = _plan(tmp_path, "99", plan_text=plan)
+    assert proc.returncode == 0, proc.stderr
+    serves = [c for c in calls if c[1:3] == ["-m", "tools.gpu.e2e_serve"]]
+    by_key = {Path(c[c.index("--url-file") + 1]).name: c for c in serves}
+    assert set(by_key) == {f"reference-trained-{k}.url" for k in ("033", "033-eager", "033-res-eager", "033-tuned")}
+
+    def args(key: str) -> list[str]:
+        call = by_key[f"reference-trained-{key}.url"]
+        return shlex.split(call[call.index("--args") + 1])
+
+    assert "--enforce-eager" in args("033-eager") and "--enforce-eager" in args("033-res-eager")
+    assert "--enforce-eager" not in args("033") and "--enforce-eager" not in args("033-tuned")
+    assert "--offload-backend" in args("033-eager") and "--offload-backend" not in args("033-res-eager")
+    tuned = by_key["reference-trained-033-tuned.url"]
+    assert tuned[tuned.index("--env") + 1].startswith("VLLM_TUNED_CONFIG_FOLDER=")
+    assert "--env" not in by_key["reference-trained-033.url"]
+    given = {lab: c[c.index("--reference-url") + 1].rsplit("/", 1)[1] for lab, c in _runs(calls).items()}
+    assert given == {"compiled": "reference-trained-033", "eager": "reference-trained-033-eager",
+                     "res-eager": "reference-trained-033-res-eager", "tuned": "reference-trained-033-tuned"}  # fmt: skip
