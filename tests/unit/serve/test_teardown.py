@@ -26,21 +26,7 @@ from moegate.serve.processes import group_alive, stop_left_behind
 from moegate.serve.server import Server, teardown_on_termination
 from moegate.vllm.names import API_SERVER
 from tests.support import ROOT
-
-FAKE_SERVER = textwrap.dedent(
-    """
-    import http.server, os, signal, sys
-    if os.environ.get("FAKE_IGNORE_TERM"):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    port = int(sys.argv[sys.argv.index("--port") + 1])
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.end_headers()
-        def log_message(self, *a):
-            pass
-    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-    """
-)
+from tests.support.fake_server import fake_python
 
 DRIVER = textwrap.dedent(
     """
@@ -77,10 +63,7 @@ def _run_and_kill(
     """(server pid, driver exit code) after ``sig`` to a driver whose server is up, and ``grace_s`` for the server
     to go. The server's pgid file holds its pid while it is up."""
     (tmp_path / "config.json").write_text("{}")  # a model directory, as Server checks
-    fake = tmp_path / "fakepython"
-    (tmp_path / "fake_server.py").write_text(FAKE_SERVER)
-    fake.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_server.py"} "$@"\n')
-    fake.chmod(0o755)
+    fake = fake_python(tmp_path)
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER, str(fake), str(tmp_path), mode],
         stdout=subprocess.PIPE,

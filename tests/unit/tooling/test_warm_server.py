@@ -5,38 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import textwrap
 from pathlib import Path
 
+from tests.support.fake_server import fake_python
 from tools.gpu.warm_server import main
-
-FAKE = textwrap.dedent(
-    """
-    import http.server, json, os, sys
-    open(os.environ["FAKE_ARGV"], "w").write(json.dumps(sys.argv[1:]))
-    if os.environ.get("FAKE_FAIL"):
-        print("ValueError: Free memory on device cuda:0 is less than desired", flush=True)
-        sys.exit(1)
-    port = int(sys.argv[sys.argv.index("--port") + 1])
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.end_headers()
-        def log_message(self, *a):
-            pass
-    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
-    """
-)
 
 
 def _fake(tmp_path: Path) -> Path:
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
-    (tmp_path / "fake_server.py").write_text(FAKE)
-    fake = tmp_path / "fakepython"
-    fake.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "fake_server.py"} "$@"\n')
-    fake.chmod(0o755)
-    return fake
+    return fake_python(tmp_path)
 
 
 def test_a_warm_start_serves_the_given_flags_with_its_memory_share_last_and_stops(tmp_path, monkeypatch, capsys):
