@@ -19,7 +19,8 @@
 #   warm            both builds' compile caches for `text`, filled while other GPU work runs: one server start each
 #                   (side by side) on $HOME/wide-text with `text`'s flags and a small GPU memory share
 #                   (tools/gpu/warm_server.py; not part of vLLM's cache key). The runs then start as a runner that
-#                   keeps VLLM_CACHE_ROOT would: up in about 46 s, not 122-148 s. About 150 s, nothing measured.
+#                   keeps VLLM_CACHE_ROOT would: healthy in 58-94 s, not 122-148 s (2026-12-03 (3)). About 210 s
+#                   beside an e2e wave, nothing measured.
 #   text            the A/B of issue 31: 0.32.0 against 0.33.0 on $HOME/wide-text, graphs on, a first look at 2
 #                   starts a build and up to 3 (AB_MIN_STARTS / AB_STARTS change them; the A/A's spread resolves
 #                   +-5 % at 1 and 8 in flight by 2 and the rest by 3: results/ab-aa-h200.md), 4 new starts a call
