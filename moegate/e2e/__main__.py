@@ -233,10 +233,9 @@ def _run(args: argparse.Namespace) -> int:
         r.write_json(out / gate_file(r.gate))
     notes = [
         f"wall time {time.monotonic() - t0:.0f} s ({report.environment_line()})",
-        rules.other_promise(runs[0], runs[1], opts, data, ref_run),
-        starts_caveat(flags) if args.promise == "identical" else None,
+        *_promise_notes(runs, opts, data, ref_run, flags),
     ]
-    page = report.render(title, runs, results, commands=commands, notes=[n for n in notes if n])
+    page = report.render(title, runs, results, commands=commands, notes=notes)
     report.write(Path(args.report), page)
     (out / "e2e.md").write_text(page)
     for r in results:
@@ -273,6 +272,22 @@ def _bless_command(args: argparse.Namespace, out: Path, builds: list[Build]) -> 
     return " ".join(shlex.quote(w) for w in words)
 
 
+def _promise_notes(
+    runs: list[e2e.BuildRun],
+    opts: e2e.Options,
+    data: e2e.ScoreData | None,
+    ref_run: e2e.BuildRun | None,
+    flags: dict[str, tuple[str, ...]],
+) -> list[str]:
+    """The page's notes on the promise: the other promise's verdict, and for ``identical`` on compiled servers the
+    caveat that two starts of one build may differ there (run and compare alike)."""
+    notes = [
+        rules.other_promise(runs[0], runs[1], opts, data, ref_run),
+        starts_caveat(flags) if opts.promise == "identical" else None,
+    ]
+    return [n for n in notes if n]
+
+
 def _stop(args: argparse.Namespace, title: str, runs: list, commands: list[str], exc: BaseException) -> int:
     message = str(exc)
     page = report.render(title, runs, [], commands=commands, error=message)
@@ -303,11 +318,9 @@ def _compare(args: argparse.Namespace) -> int:
     decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
     results = rules.judge(runs[0], runs[1], opts, decode, data, ref_run)
     commands = [" ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:]])]
-    notes = [rules.other_promise(runs[0], runs[1], opts, data, ref_run),
-             starts_caveat(flags) if args.promise == "identical" else None]  # fmt: skip
     page = report.render(
         f"moegate e2e ({args.promise}): {args.base} vs {args.pr}", runs, results, commands=commands,
-        notes=[n for n in notes if n],
+        notes=_promise_notes(runs, opts, data, ref_run, flags),
     )  # fmt: skip
     report.write(Path(args.report), page)
     for r in results:
