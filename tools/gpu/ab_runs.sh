@@ -19,8 +19,8 @@
 #   warm            both builds' compile caches for `text`, filled while other GPU work runs: one server start each
 #                   (side by side) on $HOME/wide-text with `text`'s flags and a small GPU memory share
 #                   (tools/gpu/warm_server.py; not part of vLLM's cache key). The runs then start as a runner that
-#                   keeps VLLM_CACHE_ROOT would: healthy in 58-94 s, not 122-148 s (2026-12-03 (3)). About 210 s
-#                   beside an e2e wave, nothing measured.
+#                   keeps VLLM_CACHE_ROOT would (results/ab-text-graphs-h200.md, "The second attempt"). Nothing
+#                   measured.
 #   text            the A/B of issue 31: 0.32.0 against 0.33.0 on $HOME/wide-text, graphs on, a first look at 2
 #                   starts a build and up to 3 (AB_MIN_STARTS / AB_STARTS change them; the A/A's spread resolves
 #                   +-5 % at 1 and 8 in flight by 2 and the rest by 3: results/ab-aa-h200.md), 4 new starts a call
@@ -57,11 +57,12 @@ ab() {  # ab OUTDIR BASE_PY BASE_LABEL PR_PY PR_LABEL SERVER_ARGS STARTS MIN_STA
     echo "ab $(basename "$out"): exit $?"
     grep -h "^\[ab\] look\|over at\|moegate.ab:" "$out.stderr" | tail -8
 }
-b032() {  # $HOME/b032 from a complete 0.32.0 site (a staged part leaves .stage until the last), waiting SITE_WAIT_S
-    # (300) for one: started during the bring-up, `warm` and `text` must not build it from a site still arriving
+site_ready() { [ -d "$1/vllm" ] && [ ! -d "$1/.stage" ]; }  # a staged part leaves .stage until the last is in
+b032() {  # $HOME/b032 from a complete 0.32.0 site, waiting SITE_WAIT_S (300) for one: started during the bring-up,
+    # `warm` and `text` must not build it from a site still arriving
     local w=0
     [ -x "$HOME/b032/bin/python" ] && return 0
-    until [ -d "$HOME/vllm032/vllm" ] && [ ! -d "$HOME/vllm032/.stage" ]; do
+    until site_ready "$HOME/vllm032"; do
         [ $w -ge "${SITE_WAIT_S:-300}" ] && { echo "ab_runs.sh: \$HOME/vllm032 is not complete after $w s" >&2; return 1; }
         sleep 5; w=$((w + 5))
     done
@@ -83,9 +84,8 @@ pack() {  # pack DIR: the run folder, its driver output and the tables beside it
 case $step in
 models)
     for v in 032:vllm032 033:vllm-site; do
-        # 0.32.0 only where its install is complete (a staged part leaves .stage until the last): `aa` needs
-        # 0.33.0 alone, `text` both and builds b032 itself
-        [ -d "$HOME/${v#*:}/vllm" ] && [ ! -d "$HOME/${v#*:}/.stage" ] ||
+        # 0.32.0 only where its install is complete: `aa` needs 0.33.0 alone, `text` both and builds b032 itself
+        site_ready "$HOME/${v#*:}" ||
             { echo "models: no complete \$HOME/${v#*:}, b${v%%:*} not built"; continue; }
         python3 -m moegate.vllm.planted "$HOME/b${v%%:*}" --python python3 --site "$HOME/${v#*:}" \
             --site "$HOME/eval-site" >/dev/null || exit 2

@@ -86,20 +86,17 @@ pkill -KILL -f "^$HOME/builds/" 2>/dev/null
 mkdir -p "$OUT/$name"
 mkdir -p "$HOME/builds" "$HOME/e2e/$name" "$HOME/e2e-models"
 
+bug_of() { case $1 in *+*) local b=${1#*+}; echo "${b%%@*}" ;; esac; }  # build token -> its planted bug, if any
 interpreter() {  # build token -> where its interpreter is (or will be)
-  local tok=$1 ver bug=""
-  ver=${tok%%[+@]*}
-  case $tok in *+*) bug=${tok#*+}; bug=${bug%%@*} ;; esac
-  echo "$HOME/builds/$(echo "${ver}+${bug}" | tr -c 'A-Za-z0-9.\n' '_')/bin/python"
+  echo "$HOME/builds/$(echo "${1%%[+@]*}+$(bug_of "$1")" | tr -c 'A-Za-z0-9.\n' '_')/bin/python"
 }
 # A site is complete once its last part is installed (a staged part leaves .stage until then). The panel starts
 # during the bring-up (tools/gpu/README.md), so the 0.32.0 site may still be arriving: on 2026-12-03 its references
 # were built from half a site, failed at once, and their pairs waited 400 s for them (the last pair never started).
 site_ready() { [ -d "$1/vllm" ] && [ ! -d "$1/.stage" ]; }
 build() {  # build token -> its interpreter (made once per machine, from a complete site: waits SITE_WAIT_S for one)
-  local tok=$1 py site=$HOME/vllm-site w=0 bug=""
-  py=$(interpreter "$tok")
-  case $tok in *+*) bug=${tok#*+}; bug=${bug%%@*} ;; esac
+  local tok=$1 py site=$HOME/vllm-site w=0 bug
+  py=$(interpreter "$tok") bug=$(bug_of "$tok")
   if [ ! -x "$py" ]; then
     [ "${tok%%[+@]*}" = 032 ] && site=$HOME/vllm032
     while ! site_ready "$site"; do
@@ -179,8 +176,8 @@ ARGS=${SERVER_ARGS:-"--max-model-len 4096 --dtype bfloat16 --max-num-seqs 4 --no
 # the base token's own flags and environment, as `moegate.e2e run --reference auto` does). (2026-12-02: one 0.33.0
 # UVA reference per model served every pair, so for a 0.32.0 or a resident base the yardstick was the PR's build,
 # not the base re-rounded. 2026-12-03 (3): the reference served compiled beside `@eager` bases, so the yardstick
-# held the eager-against-compiled difference, 8 times a re-rounding's in decode, and two decode-only bugs passed
-# `equivalent`: results/e2e-promises-h200.md, "The eager run".)
+# held the eager-against-compiled difference and two decode-only bugs passed `equivalent`:
+# results/e2e-promises-h200.md, "The eager run".)
 declare -A refurl refpid refpy
 pending() { local w=$HOME/e2e/$name/$1/wall.txt; ! grep -qE '^exit (0|1) ' "$w" 2>/dev/null; }
 refkey() {  # MODEL BASE -> its key: the model, the base's version and its serving variants (033@res@eager: 033-res-eager)
