@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The H200 A/B runs (docs/ab.md; issues 19 and 31), from the project root on the device, after the nine installs
-# of .gpu/g20/all (0.33.0 in $HOME/vllm-site, lm-eval in $HOME/eval-site, 0.32.0 in $HOME/vllm032; `models` and `aa`
-# need only the first two, so the six installs of the rehearsal's .gpu/g21 serve them). Carry
-# .gpu/g20/text (sharegpt.json, gsm8k/train.jsonl) in every call. Each step is one call and writes one archive
-# to $OUT (a call returns only a few files).
+# The H200 A/B runs (docs/ab.md; issues 19 and 31), from the project root on the device, after the bring-up of
+# tools/gpu/README.md (0.33.0 in $HOME/vllm-site, lm-eval in $HOME/eval-site, 0.32.0 in $HOME/vllm032; `models` and
+# `aa` need only the first two). The data (sharegpt.json, gsm8k/train.jsonl) is read from .gpu/data: the
+# bring-up's data pack, linked there (`ln -sfn "$HOME/data" .gpu/data`), or .gpu/g20/text carried. Each step is one
+# call (or a background job, tools/gpu/background.sh) and writes one archive to $OUT (a call returns only a few
+# files).
 #   models [skewed|text|both] [nosamples]
 #                   both builds (interpreters), then the models (default both): skewed ($HOME/wide) and/or text
 #                   ($HOME/wide-text, with its fit check, and its two routing samples unless `nosamples`: they are
@@ -27,7 +28,9 @@
 #                   (AB_NEW); call it again to resume until the run is over; $OUT/ab-text-graphs.tgz. About 540 s,
 #                   then 300 s. Builds $HOME/b032 itself where `models` ran before 0.32.0 was installed.
 # `aa` and `text` measure the runner first (moegate preflight, once a run folder): the report's evidence columns
-# take its UVA read bandwidth (issue 31 item 6), and the run folder keeps the file.
+# take its UVA read bandwidth (issue 31 item 6), and the run folder keeps the file. Their expert bytes a step come
+# from the model's greedy routing sample (--routing): `models text`'s own where it made one, else the committed one
+# (results/raw/ab-text-h200.tar.xz: the sample is deterministic for the model's sha256, results/ab-text-routing.md).
 # AB_TIMEOUT_S bounds the driver (default 520: with the 45 s of `timeout -k` it stays inside a 600-s call; a
 # timed-out driver stops its server within seconds and keeps every finished start).
 # The data goes where the earlier runs read it (.gpu/data/...), so their workload line is the same.
@@ -67,6 +70,17 @@ b032() {  # $HOME/b032 from a complete 0.32.0 site, waiting SITE_WAIT_S (300) fo
         sleep 5; w=$((w + 5))
     done
     python3 -m moegate.vllm.planted "$HOME/b032" --python python3 --site "$HOME/vllm032" --site "$HOME/eval-site" >/dev/null
+}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+ROUTE=()
+routing() {  # the greedy routing sample of $HOME/wide-text for the evidence columns (a missing one is said, not fatal)
+    local f=$HOME/models-out/routing-wide-text-greedy.json
+    if [ ! -f "$f" ]; then
+        f=$HOME/routing-wide-text-greedy.json
+        [ -s "$f" ] || tar -xJOf "$ROOT/results/raw/ab-text-h200.tar.xz" ab-text-h200/routing-wide-text-greedy.json \
+            >"$f" 2>/dev/null || rm -f "$f"
+    fi
+    if [ -s "$f" ]; then ROUTE=(--routing "$f"); else echo "ab_runs.sh: no routing sample: expert bytes from the uniform model"; fi
 }
 PRE=()
 preflight() {  # preflight DIR: the runner's UVA read bandwidth for the report, measured once a run folder; a failed
@@ -130,9 +144,10 @@ aa)
         dir=$HOME/aa args=$S
     fi
     preflight "$dir"
+    routing
     ab "$dir" "$py" 0.33.0-a "$py" 0.33.0-b "$args" "${AB_STARTS:-3}" "${AB_MIN_STARTS:-2}" "${AB_NEW:-4}" \
         --host-sorted both --expect-same \
-        "${PRE[@]}"
+        "${PRE[@]}" "${ROUTE[@]}"
     python3 -m moegate.ab.spread "$dir" --same-build | tee "$dir.spread.md"
     # SIM_RUNS=0 leaves the simulation to the machine the archive comes back to (the call's 600 s are the A/A's)
     sim=${SIM_RUNS:-20000}
@@ -152,8 +167,9 @@ text)
     b032 || exit 2
     dir=$HOME/ab-text-graphs
     preflight "$dir"
+    routing
     ab "$dir" "$HOME/b032/bin/python" 0.32.0 "$HOME/b033/bin/python" 0.33.0 "$S" "${AB_STARTS:-3}" \
-        "${AB_MIN_STARTS:-2}" "${AB_NEW:-4}" "${PRE[@]}"
+        "${AB_MIN_STARTS:-2}" "${AB_NEW:-4}" "${PRE[@]}" "${ROUTE[@]}"
     python3 -m moegate.ab.spread "$dir" | tee "$dir.spread.md"
     pack "$dir" ;;
 *)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from moegate.ab.__main__ import parser, plan_of
+from moegate.ab.evidence import load_routing
 from tests.support import ROOT
 
 SCRIPT = ROOT / "tools" / "gpu" / "ab_runs.sh"
@@ -97,6 +98,8 @@ def test_each_step_runs_a_valid_plan_served_as_stated_and_packs_one_archive(
     # the runner's measured UVA bandwidth feeds the report's evidence columns (issue 31 item 6)
     preflight = tmp_path / "home" / f"{archive}.preflight.json"
     assert opts.moe_shape and str(opts.preflight) == str(preflight) and preflight.is_file()
+    # the expert bytes a step come from the model's own greedy routing (the committed sample, as models ran nosamples)
+    assert opts.routing is not None and load_routing(opts.routing)
     if step[0] == "aa":
         assert opts.base_python == opts.pr_python and opts.base_label != opts.pr_label and opts.expect_same
         assert ["-m", "moegate.ab.spread", str(tmp_path / "home" / archive), "--same-build"] in calls
@@ -107,6 +110,16 @@ def test_each_step_runs_a_valid_plan_served_as_stated_and_packs_one_archive(
     assert f"{archive}/run.json" in names and f"{archive}.stderr" in names and f"{archive}.spread.md" in names
     assert f"{archive}.preflight.json" in names
     assert "[ab] look after round 3" in proc.stdout  # the look lines come back in the call's output
+
+
+def test_a_routing_sample_made_on_the_device_is_preferred_to_the_committed_one(tmp_path):
+    made = tmp_path / "home" / "models-out" / "routing-wide-text-greedy.json"
+    made.parent.mkdir(parents=True)
+    made.write_text(json.dumps({"1": [[[0, 1]]]}))
+    calls, _, proc = _run_step(tmp_path, "text")
+    assert proc.returncode == 0, proc.stderr
+    opts, _ = _ab_plan(calls)
+    assert str(opts.routing) == str(made)
 
 
 def test_a_step_without_the_model_says_which_step_makes_it(tmp_path):
