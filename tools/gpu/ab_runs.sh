@@ -60,15 +60,11 @@ ab() {  # ab OUTDIR BASE_PY BASE_LABEL PR_PY PR_LABEL SERVER_ARGS STARTS MIN_STA
     echo "ab $(basename "$out"): exit $?"
     grep -h "^\[ab\] look\|over at\|moegate.ab:" "$out.stderr" | tail -8
 }
-site_ready() { [ -d "$1/vllm" ] && [ ! -d "$1/.stage" ]; }  # a staged part leaves .stage until the last is in
+. "$(dirname "$0")/sites.sh"  # site_ready, wait_site
 b032() {  # $HOME/b032 from a complete 0.32.0 site, waiting SITE_WAIT_S (300) for one: started during the bring-up,
     # `warm` and `text` must not build it from a site still arriving
-    local w=0
     [ -x "$HOME/b032/bin/python" ] && return 0
-    until site_ready "$HOME/vllm032"; do
-        [ $w -ge "${SITE_WAIT_S:-300}" ] && { echo "ab_runs.sh: \$HOME/vllm032 is not complete after $w s" >&2; return 1; }
-        sleep 5; w=$((w + 5))
-    done
+    wait_site "$HOME/vllm032" ab_runs.sh || return 1
     python3 -m moegate.vllm.planted "$HOME/b032" --python python3 --site "$HOME/vllm032" --site "$HOME/eval-site" >/dev/null
 }
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)

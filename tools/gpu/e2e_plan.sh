@@ -90,19 +90,14 @@ bug_of() { case $1 in *+*) local b=${1#*+}; echo "${b%%@*}" ;; esac; }  # build 
 interpreter() {  # build token -> where its interpreter is (or will be)
   echo "$HOME/builds/$(echo "${1%%[+@]*}+$(bug_of "$1")" | tr -c 'A-Za-z0-9.\n' '_')/bin/python"
 }
-# A site is complete once its last part is installed (a staged part leaves .stage until then). The panel starts
-# during the bring-up (tools/gpu/README.md), so the 0.32.0 site may still be arriving: on 2026-12-03 its references
-# were built from half a site, failed at once, and their pairs waited 400 s for them (the last pair never started).
-site_ready() { [ -d "$1/vllm" ] && [ ! -d "$1/.stage" ]; }
+# the panel starts during the bring-up: a build waits for a complete site (site_ready, wait_site)
+. "$(dirname "$0")/sites.sh"
 build() {  # build token -> its interpreter (made once per machine, from a complete site: waits SITE_WAIT_S for one)
-  local tok=$1 py site=$HOME/vllm-site w=0 bug
+  local tok=$1 py site=$HOME/vllm-site bug
   py=$(interpreter "$tok") bug=$(bug_of "$tok")
   if [ ! -x "$py" ]; then
     [ "${tok%%[+@]*}" = 032 ] && site=$HOME/vllm032
-    while ! site_ready "$site"; do
-      [ $w -ge "${SITE_WAIT_S:-300}" ] && { echo "build $tok: $site is not complete after $w s" >&2; return 1; }
-      sleep 2; w=$((w + 2))
-    done
+    wait_site "$site" "build $tok" || return 1
     # one maker a build (the references are built side by side in the background, two of them can share one)
     ( flock 9 && { [ -x "$py" ] || python3 -m moegate.vllm.planted "${py%/bin/python}" --python python3 \
       --site "$site" --site "$HOME/eval-site" ${bug:+--bug "$bug"} >/dev/null; } ) 9>"${py%/bin/python}.lock" || return 1
