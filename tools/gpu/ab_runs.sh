@@ -60,6 +60,7 @@ ab() {  # ab OUTDIR BASE_PY BASE_LABEL PR_PY PR_LABEL SERVER_ARGS STARTS MIN_STA
     echo "ab $(basename "$out"): exit $?"
     grep -h "^\[ab\] look\|over at\|moegate.ab:" "$out.stderr" | tail -8
 }
+# shellcheck source=tools/gpu/sites.sh
 . "$(dirname "$0")/sites.sh"  # site_ready, wait_site
 b032() {  # $HOME/b032 from a complete 0.32.0 site, waiting SITE_WAIT_S (300) for one: started during the bring-up,
     # `warm` and `text` must not build it from a site still arriving

@@ -91,6 +91,7 @@ interpreter() {  # build token -> where its interpreter is (or will be)
   echo "$HOME/builds/$(echo "${1%%[+@]*}+$(bug_of "$1")" | tr -c 'A-Za-z0-9.\n' '_')/bin/python"
 }
 # the panel starts during the bring-up: a build waits for a complete site (site_ready, wait_site)
+# shellcheck source=tools/gpu/sites.sh
 . "$(dirname "$0")/sites.sh"
 build() {  # build token -> its interpreter (made once per machine, from a complete site: waits SITE_WAIT_S for one)
   local tok=$1 py site=$HOME/vllm-site bug

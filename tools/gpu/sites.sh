@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by ab_runs.sh and e2e_plan.sh: whether an offline site (the bring-up's bundles, tools/gpu/README.md) is
 # installed whole. A site is complete once its last part is in: a staged part leaves .stage until then. Work
 # started during the bring-up may find the 0.32.0 site still arriving: on 2026-12-03 the e2e panel's references
