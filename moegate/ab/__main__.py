@@ -15,12 +15,15 @@ The report is also appended to ``$GITHUB_STEP_SUMMARY`` when that is set.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from moegate.ab import report as report_mod
 from moegate.ab.driver import Driver
@@ -28,6 +31,7 @@ from moegate.ab.evidence import DEFAULT_PEAK_SOURCE, MoEShape, TrafficModel, loa
 from moegate.ab.plan import Dataset, DriverError, Plan, Run, load_run
 from moegate.ab.rule import DEFAULT_ALPHA, DEFAULT_MARGIN
 from moegate.ab.verdict import DEFAULT_GATE_THRESHOLD
+from moegate.core.golden import atomic_write
 from moegate.paths import REPORTS_DIR
 from moegate.serve.build import Build, env_pairs, positive_ints
 from moegate.serve.server import teardown_on_termination
@@ -108,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
         help="experts=E,top_k=K,hidden=H,intermediate=I,layers=L[,dtype=bf16] "
         "(default: read from the model's config.json)",
     )
-    t.add_argument("--host-fraction", type=float, default=1.0, help="fraction of experts UVA-offloaded")
+    t.add_argument("--host-fraction", type=float, help="fraction of experts UVA-offloaded (default 1.0)")
     t.add_argument(
         "--preflight",
         type=Path,
@@ -120,7 +124,6 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--host-sorted",
         choices=("pr", "both", "none"),
-        default="pr",
         help="which builds take the sorted path for host-resident weights (have vLLM PR #62054's rule; "
         "default: the PR build only; 'both' for a same-build run of 0.33.0, 'none' of 0.32.0)",
     )
@@ -130,12 +133,48 @@ def parser() -> argparse.ArgumentParser:
 
 PREFLIGHT_COPY = "preflight.json"
 """The preflight file a run was given, kept in its folder, so a report recomputed later names the same figure."""
+EVIDENCE_COPY = "evidence.json"
+"""The evidence columns' other inputs a run was reported with (MoE shape, host fraction, which builds sort, a
+bandwidth given by hand), kept in its folder: a report recomputed away from the model (a CI artifact on a laptop)
+has no config.json to read the shape from."""
+ROUTING_COPY = "routing.json"
+"""The routing sample a run was reported with, kept in its folder for the same reason."""
+
+
+def _kept_evidence(folder: Path) -> dict[str, Any]:
+    try:
+        kept = json.loads((folder / EVIDENCE_COPY).read_text())
+    except (OSError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def _keep_evidence(
+    folder: Path, opts: argparse.Namespace, traffic: TrafficModel, fraction: float, sorted_: str
+) -> None:
+    """What a later ``--report-only`` needs to draw the same evidence columns; each file written whole."""
+    if opts.routing is not None and Path(opts.routing).resolve() != (folder / ROUTING_COPY).resolve():
+        atomic_write(folder / ROUTING_COPY, Path(opts.routing).read_text())
+    kept = {
+        "shape": asdict(traffic.shape),
+        "host_fraction": fraction,
+        "host_sorted": sorted_,
+        "uva_peak_gbps": opts.uva_peak_gbps,
+        "routing": opts.routing is not None,
+    }
+    atomic_write(folder / EVIDENCE_COPY, json.dumps(kept, indent=1) + "\n")
 
 
 def _traffic(opts: argparse.Namespace, model: str | None, folder: Path) -> TrafficModel | None:
+    """The evidence columns' model: each input from the command line, else from the model's config.json (the
+    shape), else as the run folder kept it (``evidence.json``, ``routing.json``, ``preflight.json``), else the
+    default; a run (not a recomputed report) keeps what it used."""
     if opts.no_evidence:
         return None
+    kept = _kept_evidence(folder)
     shape = MoEShape.parse(opts.moe_shape) if opts.moe_shape else (MoEShape.from_config(model) if model else None)
+    if shape is None and isinstance(kept.get("shape"), dict):
+        shape = MoEShape(**kept["shape"])
     if shape is None:
         # said, not silent: a report recomputed away from the model has no config.json to read
         print(
@@ -144,19 +183,30 @@ def _traffic(opts: argparse.Namespace, model: str | None, folder: Path) -> Traff
             file=sys.stderr,
         )
         return None
-    preflight = opts.preflight
-    if preflight is None and opts.uva_peak_gbps is None and (folder / PREFLIGHT_COPY).is_file():
-        preflight = folder / PREFLIGHT_COPY
-    gbps, source = uva_peak(preflight, opts.uva_peak_gbps)
+    preflight, given = opts.preflight, opts.uva_peak_gbps
+    if preflight is None and given is None:
+        if (folder / PREFLIGHT_COPY).is_file():
+            preflight = folder / PREFLIGHT_COPY
+        elif isinstance(kept.get("uva_peak_gbps"), (int, float)):
+            given = float(kept["uva_peak_gbps"])
+    gbps, source = uva_peak(preflight, given)
     if source == DEFAULT_PEAK_SOURCE:
         print(f"moegate.ab: UVA read bandwidth {gbps:g} GB/s, {source}", file=sys.stderr)
-    routing = load_routing(opts.routing) if opts.routing else None
+    routing_path = opts.routing
+    if routing_path is None and kept.get("routing") and (folder / ROUTING_COPY).is_file():
+        routing_path = folder / ROUTING_COPY
+    routing = load_routing(routing_path) if routing_path else None
+    fraction = opts.host_fraction if opts.host_fraction is not None else float(kept.get("host_fraction", 1.0))
+    sorted_ = opts.host_sorted or kept.get("host_sorted") or "pr"
     rule = {
         "pr": {"base": False, "pr": True},
         "both": {"base": True, "pr": True},
         "none": {"base": False, "pr": False},
-    }[opts.host_sorted]
-    return TrafficModel(shape, opts.host_fraction, gbps, routing, sorted_always=rule, peak_source=source)
+    }[sorted_]
+    traffic = TrafficModel(shape, fraction, gbps, routing, sorted_always=rule, peak_source=source)
+    if not opts.report_only:
+        _keep_evidence(folder, opts, traffic, fraction, sorted_)
+    return traffic
 
 
 def _build(role: str, opts: argparse.Namespace) -> Build:

@@ -269,3 +269,42 @@ def test_nox_ab_session_refuses_bad_arguments_with_one_line():
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
         "unrecognized arguments: --frobnicate"
     )
+
+
+def test_a_run_keeps_its_evidence_inputs_so_a_report_recomputed_away_from_the_model_draws_the_same_columns(
+    tmp_path, monkeypatch, capsys
+):
+    """A report recomputed from a CI artifact has no model folder to read the MoE shape from: the run folder
+    keeps the shape, the routing sample, which builds sort and the bandwidth, and the recomputed report's
+    evidence columns are the run's. Options given again still win."""
+    import moegate.ab.__main__ as ab_main
+    from moegate.ab.plan import load_run
+
+    made = tmp_path / "made"
+    synthetic_run(made)
+
+    class RunMade:  # the driver's part is the driver tests'; here only what the command line does after it
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self):
+            return load_run(made)
+
+    monkeypatch.setattr(ab_main, "Driver", RunMade)
+    routing = tmp_path / "routing-sample.json"
+    routing.write_text(json.dumps({str(c): [[[0, 1], [0, 1]]] for c in (1, 2, 4, 8)}))  # every token on 2 experts
+    shape = "--moe-shape=experts=128,top_k=8,hidden=2048,intermediate=768,layers=48"
+    run_args = ["--base-python", sys.executable, "--pr-python", sys.executable, "--model", str(tmp_path / "gone")]
+    run_args += ["--dataset-path", str(routing), "--out", str(made), shape, "--routing", str(routing)]
+    assert cli([*run_args, "--host-sorted", "both", "--uva-peak-gbps", "40"]) == 0
+    table = [line for line in (made / "report.md").read_text().splitlines() if line.startswith("| 2 |")]
+    assert "routing sample" in (made / "report.md").read_text() and "UVA peak 40" in (made / "report.md").read_text()
+    routing.unlink()  # the sample is gone from where it was given; the folder has its copy
+    capsys.readouterr()
+    assert cli(["--report-only", str(made)]) == 0
+    md = (made / "report.md").read_text()
+    assert "no evidence columns" not in capsys.readouterr().err
+    assert [line for line in md.splitlines() if line.startswith("| 2 |")] == table
+    assert "routing sample" in md and "UVA peak 40" in md and "(naive)" not in md  # both builds sort, as run
+    assert cli(["--report-only", str(made), "--host-sorted", "pr"]) == 0  # given again: the option wins
+    assert "(naive)" in (made / "report.md").read_text()
