@@ -20,6 +20,7 @@ imported, so ``moegate spec`` needs no torch and ``moegate --help`` no vLLM.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -56,6 +57,16 @@ def entry(name: str) -> Callable[[list[str]], int | None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader stopped early (`moegate --help | head`): no traceback for it. Python's own advice: point stdout
+        # at devnull so the flush at exit does not raise again, and exit 1 as Python does on EPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(usage())

@@ -76,3 +76,14 @@ def test_moegate_census_hands_its_arguments_to_the_census(tmp_path, capsys):
     assert cli.main(["census", "--vllm-root", str(tmp_path), "--check"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"census: {tmp_path} is not a vLLM package: looked for {tmp_path}/__init__.py"]
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """``moegate --help | head -1``: the pipe closes before the usage is written; that is not the command's error."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moegate", "--help"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # no reader left: the usage's write meets a broken pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1 and "Traceback" not in err and "BrokenPipeError" not in err
