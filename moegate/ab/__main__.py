@@ -149,16 +149,22 @@ def _kept_evidence(folder: Path) -> dict[str, Any]:
     return kept if isinstance(kept, dict) else {}
 
 
-def _keep_evidence(
-    folder: Path, opts: argparse.Namespace, traffic: TrafficModel, fraction: float, sorted_: str
-) -> None:
+HOST_SORTED = {
+    "pr": {"base": False, "pr": True},
+    "both": {"base": True, "pr": True},
+    "none": {"base": False, "pr": False},
+}
+"""--host-sorted -> which builds have the PR's rule (host-resident weights always sorted)."""
+
+
+def _keep_evidence(folder: Path, opts: argparse.Namespace, traffic: TrafficModel) -> None:
     """What a later ``--report-only`` needs to draw the same evidence columns; each file written whole."""
     if opts.routing is not None and Path(opts.routing).resolve() != (folder / ROUTING_COPY).resolve():
         atomic_write(folder / ROUTING_COPY, Path(opts.routing).read_text())
     kept = {
         "shape": asdict(traffic.shape),
-        "host_fraction": fraction,
-        "host_sorted": sorted_,
+        "host_fraction": traffic.host_fraction,
+        "host_sorted": next(k for k, rule in HOST_SORTED.items() if rule == traffic.sorted_always),
         "uva_peak_gbps": opts.uva_peak_gbps,
         "routing": opts.routing is not None,
     }
@@ -168,13 +174,16 @@ def _keep_evidence(
 def _traffic(opts: argparse.Namespace, model: str | None, folder: Path) -> TrafficModel | None:
     """The evidence columns' model: each input from the command line, else from the model's config.json (the
     shape), else as the run folder kept it (``evidence.json``, ``routing.json``, ``preflight.json``), else the
-    default; a run (not a recomputed report) keeps what it used."""
+    default."""
     if opts.no_evidence:
         return None
     kept = _kept_evidence(folder)
     shape = MoEShape.parse(opts.moe_shape) if opts.moe_shape else (MoEShape.from_config(model) if model else None)
-    if shape is None and isinstance(kept.get("shape"), dict):
-        shape = MoEShape(**kept["shape"])
+    if shape is None and "shape" in kept:
+        try:
+            shape = MoEShape(**kept["shape"])
+        except TypeError:
+            raise DriverError(f"{folder / EVIDENCE_COPY}: its 'shape' is not a MoE shape ({kept['shape']!r})") from None
     if shape is None:
         # said, not silent: a report recomputed away from the model has no config.json to read
         print(
@@ -197,16 +206,11 @@ def _traffic(opts: argparse.Namespace, model: str | None, folder: Path) -> Traff
         routing_path = folder / ROUTING_COPY
     routing = load_routing(routing_path) if routing_path else None
     fraction = opts.host_fraction if opts.host_fraction is not None else float(kept.get("host_fraction", 1.0))
-    sorted_ = opts.host_sorted or kept.get("host_sorted") or "pr"
-    rule = {
-        "pr": {"base": False, "pr": True},
-        "both": {"base": True, "pr": True},
-        "none": {"base": False, "pr": False},
-    }[sorted_]
-    traffic = TrafficModel(shape, fraction, gbps, routing, sorted_always=rule, peak_source=source)
-    if not opts.report_only:
-        _keep_evidence(folder, opts, traffic, fraction, sorted_)
-    return traffic
+    choice = opts.host_sorted or kept.get("host_sorted") or "pr"
+    if choice not in HOST_SORTED:
+        raise DriverError(f"{folder / EVIDENCE_COPY}: host_sorted {choice!r} is none of {', '.join(HOST_SORTED)}")
+    rule = HOST_SORTED[choice]
+    return TrafficModel(shape, fraction, gbps, routing, sorted_always=rule, peak_source=source)
 
 
 def _build(role: str, opts: argparse.Namespace) -> Build:
@@ -305,6 +309,8 @@ def _main(opts: argparse.Namespace) -> int:
             if opts.preflight is not None:
                 shutil.copyfile(opts.preflight, Path(out) / PREFLIGHT_COPY)
         traffic = _traffic(opts, run.model, Path(out))
+        if traffic is not None and not opts.report_only:
+            _keep_evidence(Path(out), opts, traffic)  # a run, not a recomputed report, keeps what it used
         rep = report_mod.write(run, out, traffic, gate_threshold=opts.gate_threshold, gate=opts.gate)
     except (DriverError, ValueError) as exc:
         print(f"moegate.ab: {exc}", file=sys.stderr)

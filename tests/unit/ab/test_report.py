@@ -308,3 +308,10 @@ def test_a_run_keeps_its_evidence_inputs_so_a_report_recomputed_away_from_the_mo
     assert "routing sample" in md and "UVA peak 40" in md and "(naive)" not in md  # both builds sort, as run
     assert cli(["--report-only", str(made), "--host-sorted", "pr"]) == 0  # given again: the option wins
     assert "(naive)" in (made / "report.md").read_text()
+    kept = json.loads((made / "evidence.json").read_text())
+    capsys.readouterr()
+    for field, bad, said in (("shape", {"experts": 1}, "is not a MoE shape"), ("host_sorted", "all", "is none of")):
+        (made / "evidence.json").write_text(json.dumps({**kept, field: bad}))
+        assert cli(["--report-only", str(made)]) == 2  # a damaged folder: one line, nothing half written
+        err = capsys.readouterr().err.strip()
+        assert said in err and err.count("\n") == 0
