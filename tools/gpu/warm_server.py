@@ -2,9 +2,9 @@
 
     python3 -m tools.gpu.warm_server PYTHON MODEL LOG [SERVER_ARGS] [--env KEY=VALUE ...]
 
-A device session starts with empty caches: the first start of each build on a model spends about 90 s compiling
-and capturing graphs that every later start reads back (results/ab-text-graphs-h200.md, "Time": 122-148 s to a
-healthy server cold, 46 s warm). A runner that keeps ``VLLM_CACHE_ROOT`` between runs has them warm; on the device
+A device session starts with empty caches: the first start of each build on a model compiles and captures the
+graphs that every later start reads back (how long each takes, cold and warm: results/ab-text-graphs-h200.md). A
+runner that keeps ``VLLM_CACHE_ROOT`` between runs has them warm; on the device
 the A/B's text run gets them warm by this start, made in the background while other GPU work runs. It measures
 nothing, so it may share the GPU: its ``--gpu-memory-utilization`` and ``--kv-cache-memory-bytes`` are appended
 after ``SERVER_ARGS`` (vLLM's compile-cache key leaves both out: ``CacheConfig.compute_hash`` ignores
