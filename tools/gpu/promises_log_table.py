@@ -2,7 +2,7 @@
 ``== LABEL: ...`` line and every gate's PASS/FAIL line under both promises): the one record that holds every pair,
 including those whose own archive did not come back.
 
-    python3 -m tools.gpu.promises_log_table LOG            # e.g. promises.log from results/raw/e2e-promises-h200.tar.xz
+    python3 -m tools.gpu.promises_log_table LOG            # e.g. promises.log from e2e-promises-h200.tar.xz
 
 Per pair: its builds, each promise's verdict (every scored, decode, greedy and GSM8K row of that promise passed),
 and the figures each verdict rests on: ``identical``'s scored spread (between / within, nats/token) and decode

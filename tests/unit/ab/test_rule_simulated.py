@@ -3,8 +3,8 @@ the functions the report applies): its false-verdict rate on A/A runs stays at o
 5 % changes where the start-to-start spread allows.
 
 The start effects are drawn like the H200's: each level's start-effect and request sd and requests a start
-are taken from the committed raw runs (``results/raw/ab-h200.tar.xz``,
-``results/raw/ab-text-h200.tar.xz``: vLLM 0.32.0 against 0.33.0 served with ``--enforce-eager``; they kept
+are taken from the committed runs' numbers (``results/ab-runs/ab-h200.tar.xz``,
+``results/ab-runs/ab-text-h200.tar.xz``: vLLM 0.32.0 against 0.33.0 served with ``--enforce-eager``; they kept
 vLLM's summary of each run's requests, not the requests, so requests are drawn normal with the measured sd). Seeds are
 fixed, so every figure is the same on every run of the test; 4,000 runs a case put a rate's standard error
 near 0.003 at 5 %. The full tables (20,000 runs a row): ``results/ab-decode-rule.md``.
@@ -33,7 +33,7 @@ def h200(tmp_path_factory):
     out = {}
     for name in ("ab-h200", "ab-text-h200"):
         where = tmp_path_factory.mktemp(name)
-        with tarfile.open(ROOT / "results" / "raw" / f"{name}.tar.xz") as tar:
+        with tarfile.open(ROOT / "results" / "ab-runs" / f"{name}.tar.xz") as tar:
             tar.extractall(where, filter="data")
         out[name] = levels_like(where / name)
     return out
