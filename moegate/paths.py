@@ -10,8 +10,8 @@ prompt set, the reviewed equivalent mutants (``power/``), the measured figures
    naming the project): an editable install, or a run from the checkout;
 3. the current directory: an installed wheel run from a checkout's root.
 
-GSM8K is never in the checkout: it is read from ``$MOEGATE_GSM8K_DIR`` or the shared
-folder beside the checkout (``moegate.e2e.datasets``).
+GSM8K is never in the checkout: it is read from ``$MOEGATE_GSM8K_DIR``, else from the folder
+``moegate fetch-gsm8k`` fills (``GSM8K_CACHE_DIR``; ``moegate.e2e.datasets``).
 """
 
 from __future__ import annotations
@@ -55,5 +55,7 @@ MODELS_DIR = ROOT / "models"
 ENVS_DIR = Path(os.environ["MOEGATE_ENV_DIR"]).expanduser() if os.environ.get("MOEGATE_ENV_DIR") else ROOT / ".nox"
 """The environments nox builds (``_eval`` is lm-eval's): ``$MOEGATE_ENV_DIR`` or the checkout's ``.nox``
 (tooling/nox_envs.py, ``env_root``)."""
-SHARED_DIR = ROOT.parent / "shared"
-"""The shared folder beside the checkout (GSM8K under ``data/gsm8k``)."""
+GSM8K_ENV = "MOEGATE_GSM8K_DIR"
+GSM8K_CACHE_DIR = Path("~/.cache/moegate/gsm8k").expanduser()
+"""Where ``moegate fetch-gsm8k`` puts GSM8K unless told otherwise, and so where the tiers look when
+``$MOEGATE_GSM8K_DIR`` is not set."""

@@ -24,9 +24,10 @@ from pathlib import Path
 
 from moegate.core.hashing import sha256_file
 from moegate.e2e.datasets import GSM8K_SHA256
+from moegate.paths import GSM8K_CACHE_DIR
 
 SOURCE = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data"
-DEFAULT_DIR = Path("~/.cache/moegate/gsm8k")
+DEFAULT_DIR = GSM8K_CACHE_DIR
 
 
 class FetchError(RuntimeError):

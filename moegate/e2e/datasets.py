@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from moegate.core.hashing import sha256_file
-from moegate.paths import SHARED_DIR
+from moegate.paths import GSM8K_CACHE_DIR, GSM8K_ENV
 
 GSM8K_SHA256 = {
     "test.jsonl": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
@@ -25,12 +25,12 @@ class DataError(RuntimeError):
 
 
 def gsm8k_dir(option: str | os.PathLike[str] | None = None) -> Path:
-    """The GSM8K folder: the option, else ``MOEGATE_GSM8K_DIR``, else ``../shared/data/gsm8k``."""
+    """The GSM8K folder: the option, else ``MOEGATE_GSM8K_DIR``, else where ``moegate fetch-gsm8k`` puts it."""
     if option:
         return Path(option).expanduser()
-    if os.environ.get("MOEGATE_GSM8K_DIR"):
-        return Path(os.environ["MOEGATE_GSM8K_DIR"]).expanduser()
-    return SHARED_DIR / "data" / "gsm8k"
+    if os.environ.get(GSM8K_ENV, "").strip():
+        return Path(os.environ[GSM8K_ENV].strip()).expanduser()
+    return GSM8K_CACHE_DIR
 
 
 def gsm8k_file(name: str, directory: str | os.PathLike[str] | None = None) -> Path:

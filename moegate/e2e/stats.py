@@ -1,8 +1,8 @@
 """The e2e tier's statistics: the scored comparison, the near-tie rule, GSM8K's paired test, and sizes.
 
 Pure functions of numbers (no servers, no files): what ``moegate/e2e/scored.py`` decides
-with. Every constant is derived in ``docs/e2e-rules.md`` from the measured facts of
-2026-12 (``../shared/DESIGN.md``); the short form is in each docstring.
+with. Every constant is derived in ``docs/e2e-rules.md`` from the facts measured on the
+H200 in 2026-12; the short form is in each docstring.
 
 The scored comparison sees each sequence four times: builds A (base) and B (PR), each
 under two batch compositions 1 and 2 (waves of several sequences in file order; one at

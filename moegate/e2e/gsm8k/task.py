@@ -132,7 +132,7 @@ def eval_python(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """``explicit``, else ``$MOEGATE_GSM8K_DIR``, else ``../shared/data/gsm8k`` beside the repository."""
+    """``explicit``, else ``$MOEGATE_GSM8K_DIR``, else ``moegate fetch-gsm8k``'s folder (``datasets.gsm8k_dir``)."""
     return datasets.gsm8k_dir(explicit)
 
 

@@ -10,12 +10,12 @@ import pytest
 
 from moegate.cli import fetch_gsm8k
 from moegate.e2e.datasets import GSM8K_SHA256
-from moegate.paths import SHARED_DIR
+from moegate.e2e.datasets import gsm8k_dir
 
-PUBLISHED = SHARED_DIR / "data" / "gsm8k"
+PUBLISHED = gsm8k_dir()
 pytestmark = pytest.mark.skipif(
     not all((PUBLISHED / n).is_file() for n in GSM8K_SHA256),
-    reason=f"needs GSM8K's published files in {PUBLISHED} (the shared folder beside the checkout)",
+    reason=f"needs GSM8K's published files in {PUBLISHED} ($MOEGATE_GSM8K_DIR, or moegate fetch-gsm8k's folder)",
 )
 
 

@@ -62,7 +62,7 @@ def test_missing_file_is_one_line(tmp_path: Path) -> None:
 
 def test_data_location_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(gsm8k.DATA_ENV, raising=False)
-    assert gsm8k.data_dir() == paths.SHARED_DIR / "data" / "gsm8k"
+    assert gsm8k.data_dir() == paths.GSM8K_CACHE_DIR
     monkeypatch.setenv(gsm8k.DATA_ENV, str(tmp_path / "env"))
     assert gsm8k.data_dir() == tmp_path / "env"
     assert gsm8k.data_dir(tmp_path / "arg") == tmp_path / "arg"

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from moegate.paths import SHARED_DIR
+from moegate.e2e.datasets import gsm8k_dir
 from tests.support import ROOT
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed here (the unit env has it: nox -s unit)")
 
 SCRIPT = ROOT / "tools" / "gpu" / "rehearsal.sh"
-GSM8K = SHARED_DIR / "data" / "gsm8k"
+GSM8K = gsm8k_dir()
 pytestmark = pytest.mark.skipif(not (GSM8K / "test.jsonl").is_file(), reason=f"needs GSM8K's files in {GSM8K}")
 
 SHIM = """#!{python}
