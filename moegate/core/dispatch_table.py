@@ -2,7 +2,9 @@
 
 Stored in ``golden/dispatch-table.tsv``. Any change to vLLM's dispatch policy,
 intended or not, shows up in review as changed rows, each with the spec's
-reason beside it; a refactor that silently bypasses a path is caught even where
+deciding clause beside it (its name from ``spec.CLAUSES``, which the golden's
+header spells out; ``moegate spec '<case json>'`` prints the full reason with
+its arithmetic); a refactor that silently bypasses a path is caught even where
 outputs stay equal.
 
 Cases with fused shared-expert rows follow the plain grid, so adding them added
@@ -53,7 +55,7 @@ def grid() -> Iterator[MoECase]:
 
 def row(case: MoECase, observe: Callable[[MoECase, str], str]) -> str:
     paths = [observe(case, ep) for ep in ENTRYPOINTS]
-    reasons = {ep: expected_path(case, ep).reason for ep in ENTRYPOINTS}
+    reasons = {ep: expected_path(case, ep).clause for ep in ENTRYPOINTS}
     spec = (
         reasons["legacy"]
         if reasons["legacy"] == reasons["modular"]

@@ -29,9 +29,22 @@ SPARSITY_FACTOR = 4
 class Decision:
     path: DispatchPath
     reason: str
+    clause: str
+    """The deciding clause's name, as the dispatch-table golden prints it (``CLAUSES``)."""
 
     def __str__(self) -> str:
         return f"{self.path} ({self.reason})"
+
+
+CLAUSES = {
+    "wna16-modular": "the modular entrypoint's wNa16 Triton experts always align",
+    "wna16-group": "weight-only int8/int4 with a group size always aligns",
+    "expert-map": "an expert map (expert parallelism) always aligns",
+    "outside-naive": "tokens * ids per token * 4 > experts counted: sorted",
+    "host-resident": "either weight host-resident: sorted (vLLM 0.33.0's clause)",
+    "naive": "tokens * ids per token * 4 <= experts counted, weights on the device: naive",
+}
+"""Every clause of ``expected_path``, in the order it checks them: name and what it says."""
 
 
 def experts_counted(case: MoECase, entrypoint: str) -> int:
@@ -71,22 +84,28 @@ def expected_path(case: MoECase, entrypoint: str, *, host_rule: bool = True) -> 
     counted = experts_counted(case, entrypoint)
     wna16 = case.quant if case.quant is not None and case.quant.weight_only else None
     if wna16 is not None and entrypoint == "modular":
-        return Decision(DispatchPath.SORTED, f"{wna16.scheme}: the modular wNa16 Triton experts always align")
+        return Decision(
+            DispatchPath.SORTED, f"{wna16.scheme}: the modular wNa16 Triton experts always align", "wna16-modular"
+        )
     if wna16 is not None and wna16.group_size > 0:
-        return Decision(DispatchPath.SORTED, f"{wna16.scheme} with group size {wna16.group_size} always aligns")
+        return Decision(
+            DispatchPath.SORTED, f"{wna16.scheme} with group size {wna16.group_size} always aligns", "wna16-group"
+        )
     # fp8 (weights and activations) follows the unquantized rule, block-wise included:
     # the group-size clause is about weight-only integer kernels.
     if case.expert_map is not None:
-        return Decision(DispatchPath.SORTED, "expert map given (expert parallelism)")
+        return Decision(DispatchPath.SORTED, "expert map given (expert parallelism)", "expert-map")
     if case.pairs * SPARSITY_FACTOR > counted:
         return Decision(
             DispatchPath.SORTED,
             f"outside naive region: {_pairs_text(case)} > {counted}",
+            "outside-naive",
         )
     if host_rule and case.placement.host_resident:
-        return Decision(DispatchPath.SORTED, f"host-resident weights ({case.placement.label})")
+        return Decision(DispatchPath.SORTED, f"host-resident weights ({case.placement.label})", "host-resident")
     return Decision(
         DispatchPath.NAIVE,
         f"naive region: {_pairs_text(case)} <= {counted}"
         + ("" if not case.placement.host_resident else ", host rule off"),
+        "naive",
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from moegate.core import dispatch_table, golden
+from moegate.core.spec import CLAUSES
 from moegate.vllm.environment import describe_environment
 
 GOLDEN = "dispatch-table.tsv"
@@ -18,6 +19,8 @@ def test_dispatch_table_matches_golden(target, bless):
             "vllm": env["vllm"],
             "torch": env["torch"],
             "device": env.get("gpu", "cpu (calls stopped at the first kernel launch)"),
+            "spec": "the clause that decides each entrypoint's path (moegate spec '<case json>' prints its arithmetic):",
+            **{f"  {name}": text for name, text in CLAUSES.items()},
         }
     )
     golden.check(GOLDEN, header + text, bless=bless)

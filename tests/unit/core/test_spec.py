@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, DispatchPath, ExpertMap, MoECase, Placement, Quant
-from moegate.core.spec import Decision, expected_path, experts_counted, in_naive_region
+from moegate.core.spec import CLAUSES, Decision, expected_path, experts_counted, in_naive_region
 from moegate.strategies import moe_cases
 
 DEVICE, W13, W2, BOTH = ALL_PLACEMENTS
@@ -135,7 +135,8 @@ def test_grouped_wna16_always_sorted(case):
 @pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
 def test_threshold_with_shared_rows(tokens, top_k, experts, shared, want, reason, entrypoint):
     case = MoECase(num_tokens=tokens, top_k=top_k, num_experts=experts, shared_experts=shared)
-    assert expected_path(case, entrypoint) == Decision(want, reason)
+    clause = "naive" if want is DispatchPath.NAIVE else "outside-naive"
+    assert expected_path(case, entrypoint) == Decision(want, reason, clause)
 
 
 def test_a_fused_shared_expert_moves_deepseek_v3_out_of_the_naive_region_at_8_tokens():
@@ -150,7 +151,7 @@ def test_a_fused_shared_expert_moves_deepseek_v3_out_of_the_naive_region_at_8_to
 def test_host_resident_shared_rows_are_sorted_and_the_base_rule_is_not(placement, entrypoint):
     case = MoECase(num_tokens=1, top_k=1, num_experts=7, shared_experts=1, placement=placement)
     assert expected_path(case, entrypoint) == Decision(
-        DispatchPath.SORTED, f"host-resident weights ({placement.label})"
+        DispatchPath.SORTED, f"host-resident weights ({placement.label})", "host-resident"
     )
     assert expected_path(case, entrypoint, host_rule=False).path is DispatchPath.NAIVE
 
@@ -162,7 +163,9 @@ def test_shared_rows_are_counted_with_and_without_an_expert_map(entrypoint):
     assert experts_counted(plain, entrypoint) == 66 == plain.local_experts
     assert experts_counted(ep, entrypoint) == 66  # the global id space the map covers
     assert ep.local_experts == 16 + 2  # this rank's routed experts and both shared rows
-    assert expected_path(ep, entrypoint) == Decision(DispatchPath.SORTED, "expert map given (expert parallelism)")
+    assert expected_path(ep, entrypoint) == Decision(
+        DispatchPath.SORTED, "expert map given (expert parallelism)", "expert-map"
+    )
 
 
 @given(case=moe_cases(shared=True, expert_map=None, quant=None), entrypoint=st.sampled_from(ENTRYPOINTS))
@@ -178,3 +181,8 @@ def test_shared_rows_decide_as_that_many_more_routed_experts(case, entrypoint):
     )
     assert expected_path(case, entrypoint).path is expected_path(widened, entrypoint).path
     assert experts_counted(case, entrypoint) == experts_counted(widened, entrypoint)
+
+
+@given(case=moe_cases(shared=True), entrypoint=st.sampled_from(ENTRYPOINTS))
+def test_every_decision_names_a_clause_the_golden_header_spells_out(case, entrypoint):
+    assert expected_path(case, entrypoint).clause in CLAUSES
