@@ -305,6 +305,15 @@ def kernel_sweep(session: nox.Session) -> None:
                 external=True)  # fmt: skip
 
 
+@nox.session(name="offload-truth", python=False)
+def offload_truth(session: nox.Session) -> None:
+    """Offload truth on a CUDA GPU (`moegate offload-truth` options): every plan run side by side, builds made from the
+    PR build's Python, the page in reports/offload-truth/."""
+    py, rest = _vllm(session)
+    out = [] if "--out" in rest else ["--out", str(REPORTS / "offload-truth")]
+    session.run(py, "-m", "moegate", "offload-truth", "--python", py, *out, *rest, external=True)
+
+
 @nox.session(python=False)
 def bench(session: nox.Session) -> None:
     """Dispatch-tier throughput against vLLM 0.33.0 (cases/s, vLLM import excluded; `-- --cases=N`)."""

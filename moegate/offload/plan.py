@@ -1,8 +1,9 @@
 """The offload-truth plan: every checkpoint and build it runs, side by side on one GPU, and whether each verdict is the expected one.
 
-    python -m moegate.offload.plan --python PY [--site DIR]... --out DIR [--only NAME]... [--timeout S]
+    moegate offload-truth --python PY [--site DIR]... --out DIR [--only NAME]... [--timeout S]
+    nox -s offload-truth -- --vllm-python=PY            (the same, the PR build's Python, into reports/offload-truth)
 
-On the GPU machine (``tools/gpu/offload_truth.sh``): builds the default tiny Qwen3-MoE (128 experts,
+On a CUDA GPU (this module is ``python -m moegate.offload.plan`` too): builds the default tiny Qwen3-MoE (128 experts,
 top-8, hidden 256, expert width 128: every width a multiple of 128, and 1-4 decode tokens in the naive
 region), writes it pre-quantized in each scheme (``moegate.model.quantize``), makes the builds
 (``moegate.vllm.planted``: the clean one and the planted offload bugs) from ``PY`` and the ``--site``
@@ -170,7 +171,7 @@ def execute(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moegate.offload.plan", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="moegate offload-truth", description=__doc__.splitlines()[0])
     parser.add_argument("--python", required=True, help="the interpreter whose packages the builds see")
     parser.add_argument("--site", action="append", default=[], help="a directory first on the builds' path (vLLM)")
     parser.add_argument("--out", required=True, type=Path)

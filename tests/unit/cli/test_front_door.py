@@ -26,7 +26,7 @@ def test_help_lists_every_subcommand_and_each_names_a_main(capsys):
     assert list(cli.COMMANDS)[:6] == ["gate", "e2e", "ab", "sweep", "preflight", "fetch-gsm8k"]  # the order users meet
 
 
-@pytest.mark.parametrize("name", ["gate", "e2e", "ab", "preflight", "fetch-gsm8k", "repro", "spec", "power"])
+@pytest.mark.parametrize("name", ["gate", "e2e", "ab", "preflight", "fetch-gsm8k", "repro", "spec", "power", "offload-truth"])
 def test_each_subcommand_hands_its_arguments_to_its_own_main(name, capsys):
     """``moegate NAME --help`` is the tier's own parser: the subcommand adds nothing and drops nothing."""
     with pytest.raises(SystemExit) as done:
@@ -87,3 +87,11 @@ def test_a_reader_that_stops_early_gets_no_traceback():
     proc.stdout.close()  # no reader left: the usage's write meets a broken pipe
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 1 and "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_offload_truth_is_a_subcommand_that_refuses_an_unknown_run_in_one_line(tmp_path, capsys):
+    """Offload truth was reachable only through a GPU-machine shell script (issue 46); now ``moegate offload-truth``."""
+    assert cli.main(["offload-truth", "--python", sys.executable, "--out", str(tmp_path), "--only", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown run(s) ['nope']" in err[0]
+    assert not any(tmp_path.iterdir())  # nothing written
