@@ -20,11 +20,9 @@ import time
 from pathlib import Path
 
 from moegate.paths import ROOT
+from tooling import serving
 
-CPU_ARGS = (
-    "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
-    " --gpu-memory-utilization 0.2"
-)
+CPU_ARGS = serving.CPU_SERVER_ARGS
 
 
 def tree_rss_bytes(root: int) -> int:

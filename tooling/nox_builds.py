@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from moegate.vllm.wheels import NotAVllmWheel, vllm_wheel
 from tooling.nox_envs import BASE_VLLM, PROJECT_DEPS, RELEASES, ROOT, Session, locked, shared_env
-from tooling.serving import cpu_server_env, on_gpu
+from tooling.serving import UVA_EXPERTS, base_args, cpu_server_env, on_gpu
 
 # --- vLLM builds: a release, a wheel, or an interpreter you have --------------------------
 
@@ -41,8 +41,7 @@ def vllm_recipe(spec: str, gpu: bool) -> tuple[str, dict[str, list[str]]]:
 
 REAL_MODEL = "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8"
 REAL_MODEL_ARGS = (
-    "--max-model-len 4096 --gpu-memory-utilization 0.90 --offload-backend uva --cpu-offload-gb 16"
-    " --cpu-offload-params experts --max-num-seqs 4 --no-enable-prefix-caching"
+    f"{base_args(eager=False)} --gpu-memory-utilization 0.90 {UVA_EXPERTS.replace('-gb 64', '-gb 16')}"
 )
 """`nox -s e2e-real-model`: the change description's own setup, 16 GiB of experts UVA-offloaded."""
 AB_SMOKE = (

@@ -1,7 +1,9 @@
 """How the sessions and the GPU legs serve a model: the server flags on a CPU and on a GPU, a CPU server's environment.
 
-Standard library only, no nox: ``tooling/nox_builds.py`` (the sessions) and ``tooling/ci/gpu_leg.py`` (the GPU legs,
-on a runner or the GPU machine, where nox may be absent) read the same flags from here.
+The one source of the servers' flags. Standard library only, no nox: ``tooling/nox_builds.py`` (the sessions),
+``tooling/ci/gpu_leg.py`` (the GPU legs, on a runner or the GPU machine, where nox may be absent), the benchmarks and
+the GPU machine's scripts read them from here; a shell script prints them with
+``python3 -m tooling.serving [--gpu|--cpu] [--graphs] [--concurrency 1,2,4] [--base-only] [--uva]``.
 """
 
 from __future__ import annotations
@@ -14,16 +16,24 @@ def on_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
-CPU_SERVER_ARGS = (
-    "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
-    " --gpu-memory-utilization 0.2"
-)
+UVA_EXPERTS = "--offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"
+"""Every expert weight UVA-offloaded (host-resident): the placement the change under test acts on."""
+
+
+def base_args(*, eager: bool = True, max_num_seqs: int = 4) -> str:
+    """The flags every server of the project starts with: the model length the tiny models and the 5-shot GSM8K
+    prompts need, bf16, a batch of ``max_num_seqs``, no prefix cache (a cached prefix would skip the calls the gates
+    compare), and ``--enforce-eager`` unless CUDA graphs are wanted. Memory and placement flags follow it. The order
+    is part of the e2e goldens' key (their ``flags-`` hash): keep it."""
+    eager_flag = " --enforce-eager" if eager else ""
+    return (
+        f"--max-model-len 4096{eager_flag} --dtype bfloat16 --max-num-seqs {max_num_seqs} --no-enable-prefix-caching"
+    )
+
+
+CPU_SERVER_ARGS = base_args() + " --gpu-memory-utilization 0.2"
 KV_CACHE_BYTES = 1 << 30
-GPU_SERVER_ARGS = (
-    "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
-    f" --gpu-memory-utilization 0.25 --kv-cache-memory-bytes {KV_CACHE_BYTES}"
-    " --offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"
-)
+GPU_SERVER_ARGS = f"{base_args()} --gpu-memory-utilization 0.25 --kv-cache-memory-bytes {KV_CACHE_BYTES} {UVA_EXPERTS}"
 """On a GPU the experts are UVA-offloaded by default: the host-resident rule is what the gate is for.
 
 The KV cache is a fixed 1 GiB (the tiny models need 16 MiB at these lengths): with it vLLM skips the memory profiling
@@ -74,3 +84,29 @@ def server_args(concurrency: str | None = None, *, graphs: bool = False, gpu: bo
         return args
     levels = [int(c) for c in concurrency.split(",") if c.strip()]
     return args.replace("--max-num-seqs 4", f"--max-num-seqs {max(levels, default=16)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tooling.serving", description="print the servers' flags (one line)")
+    kind = ap.add_mutually_exclusive_group()
+    kind.add_argument("--gpu", action="store_true", help="a GPU machine's flags, whatever this machine is")
+    kind.add_argument("--cpu", action="store_true", help="a CPU machine's flags, whatever this machine is")
+    ap.add_argument("--graphs", action="store_true", help="CUDA graphs on (no --enforce-eager; GPU only)")
+    ap.add_argument("--concurrency", default=None, help="room for the highest of these levels (the A/B: 1,2,4)")
+    ap.add_argument("--base-only", action="store_true", help="only the flags every server starts with (no memory)")
+    ap.add_argument("--uva", action="store_true", help="with --base-only: the experts UVA-offloaded too")
+    args = ap.parse_args(argv)
+    if args.base_only:
+        levels = [int(c) for c in (args.concurrency or "4").split(",") if c.strip()]
+        line = base_args(eager=not args.graphs, max_num_seqs=max(levels))
+        print(f"{line} {UVA_EXPERTS}" if args.uva else line)
+        return 0
+    gpu = True if args.gpu else False if args.cpu else None
+    print(server_args(args.concurrency, graphs=args.graphs, gpu=gpu))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -44,8 +44,8 @@ mkdir -p .gpu/data/gsm8k
 [ -f .gpu/data/gsm8k/train.jsonl ] || cp .gpu/g20/text/gsm8k/train.jsonl .gpu/data/gsm8k/train.jsonl
 sha256sum .gpu/data/sharegpt.json .gpu/data/gsm8k/train.jsonl >"$OUT/data-sha256.txt"
 # the change description's serving flags: CUDA graphs on (no --enforce-eager), every expert UVA-offloaded
-S="--max-model-len 4096 --dtype bfloat16 --offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts \
---no-enable-prefix-caching --gpu-memory-utilization 0.5 --max-num-seqs 16"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+S="$(PYTHONPATH=$ROOT python3 -m tooling.serving --base-only --graphs --uva --concurrency 16) --gpu-memory-utilization 0.5"
 SHAPE=experts=128,top_k=8,hidden=2048,intermediate=768,layers=4,dtype=bf16
 ab() {  # ab OUTDIR BASE_PY BASE_LABEL PR_PY PR_LABEL SERVER_ARGS STARTS MIN_STARTS NEW [more moegate.ab options]
     local out=$1 bpy=$2 blab=$3 ppy=$4 plab=$5 args=$6 starts=$7 first=$8 new=$9
@@ -68,7 +68,6 @@ b032() {  # $HOME/b032 from a complete 0.32.0 site, waiting SITE_WAIT_S (300) fo
     wait_site "$HOME/vllm032" ab_runs.sh || return 1
     python3 -m moegate.vllm.planted "$HOME/b032" --python python3 --site "$HOME/vllm032" --site "$HOME/eval-site" >/dev/null
 }
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROUTE=()
 routing() {  # the greedy routing sample of $HOME/wide-text for the evidence columns (a missing one is said, not fatal)
     local f=$HOME/models-out/routing-wide-text-greedy.json

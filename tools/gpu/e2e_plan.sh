@@ -164,8 +164,7 @@ if grep -qE '^[^#]* random' "$plan" && [ ! -f "$HOME/tiny-e2e/config.json" ]; th
   echo "random model built in $(( $(date +%s) - t0 )) s"
 fi
 grep -q '@tuned' "$plan" && tuned_config
-ARGS=${SERVER_ARGS:-"--max-model-len 4096 --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching \
---gpu-memory-utilization $UTIL --kv-cache-memory-bytes $KV"}
+ARGS=${SERVER_ARGS:-"$(PYTHONPATH=$ROOT python3 -m tooling.serving --base-only --graphs) --gpu-memory-utilization $UTIL --kv-cache-memory-bytes $KV"}
 
 # One reference re-rounding per model and base that a pending pair uses: the base's own version re-rounded
 # (VERSION+reround=3), served as the base serves (its experts' place, eager or compiled, its attention backend:

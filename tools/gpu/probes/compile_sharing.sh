@@ -29,8 +29,8 @@ PROMPTS_FILE=${PROMPTS_FILE:-$HOME/data/prompts.jsonl} LIMIT_S=${LIMIT_S:-560}
 B=$HOME/b033
 [ -x "$B/bin/python" ] || python3 -m moegate.vllm.planted "$B" --python python3 --site "$HOME/vllm-site" \
   --site "$HOME/eval-site" >/dev/null || exit 1
-UVA="--offload-backend uva --cpu-offload-gb 64 --cpu-offload-params experts"
-BASE_ARGS="--max-model-len 4096 --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
+UVA=$(python3 -c "from tooling.serving import UVA_EXPERTS; print(UVA_EXPERTS)")
+BASE_ARGS=$(python3 -m tooling.serving --base-only --graphs)
 t0=$(date +%s)
 pair() {  # NAME SERVER-ARGS [EXTRA...]
   local name=$1 args=$2 s rc

@@ -27,12 +27,10 @@ from moegate.e2e import gsm8k
 from moegate.model.tiny_train import trained_model_dir
 from moegate.serve.build import parse_build
 from moegate.serve.server import Server, teardown_on_termination
+from tooling import serving
 
-CPU_SMOKE_ARGS = (
-    "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
-    " --gpu-memory-utilization 0.2"
-)
-"""The CPU smoke's server flags (noxfile ``CPU_SERVER_ARGS``)."""
+CPU_SMOKE_ARGS = serving.CPU_SERVER_ARGS
+"""The CPU smoke's server flags (``tooling/serving.py``)."""
 
 CALC = re.compile(r"<<[^<>]*=[^<>]*>>")
 
