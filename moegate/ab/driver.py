@@ -79,6 +79,7 @@ from moegate.ab.plan import (
     schedule,
     sharegpt_records,
 )
+from moegate.ab.resume import check_same_experiment
 from moegate.ab.verdict import completed_rounds, judge
 from moegate.ab.workers import BenchWorkers
 from moegate.core import progress
@@ -254,37 +255,7 @@ class Driver:
         if not (self.resume and path.is_file()):
             return []
         old = load_run(self.out_dir)
-        mine = self._run([])
-        same_plan = {k: v for k, v in json.loads(json.dumps(mine.plan)).items() if k != "starts"}
-        if {k: v for k, v in old.plan.items() if k != "starts"} != same_plan:
-            raise DriverError(
-                f"{path}: another plan ({old.plan}); resume only the same plan, with as many or more starts"
-            )
-        if self.plan.starts < old.plan["starts"]:
-            raise DriverError(f"{path}: {old.plan['starts']} starts a build planned; --starts may grow, not shrink")
-        looked = completed_rounds(old)
-        if self.plan.starts != old.plan["starts"] and looked >= old.plan["min_starts"]:
-            raise DriverError(
-                f"{path}: judged at {old.plan['min_starts']} starts a build already, so its cap of "
-                f"{old.plan['starts']} stays (alpha is split over the looks planned before the first)"
-            )
-        if old.dataset != mine.dataset:
-            raise DriverError(f"{path}: another workload ({old.dataset})")
-        labels = {r: b["label"] for r, b in old.builds.items()}
-        if labels != {r: b["label"] for r, b in mine.builds.items()} or old.server_args != mine.server_args:
-            raise DriverError(f"{path}: another pair of builds or server flags ({labels}, {old.server_args})")
-        if old.model != mine.model or (old.model_hash and mine.model_hash and old.model_hash != mine.model_hash):
-            raise DriverError(f"{path}: another model ({old.model}, hash {old.model_hash or 'not kept'})")
-        for role, b in old.builds.items():
-            now = mine.builds[role]
-            if (b["python"], b["env"]) != (now["python"], now["env"]):
-                self.log(
-                    f"[ab] {role} build {b['label']!r} now runs as {now['python']} {now['env']} (was {b['python']} {b['env']})"
-                )
-        if not old.model_hash:
-            self.log(f"[ab] {path} kept no model hash: the earlier starts' weights are not checked against these")
-        if self.plan.starts > old.plan["starts"]:
-            self.log(f"[ab] the plan grows from {old.plan['starts']} to {self.plan.starts} starts a build")
+        check_same_experiment(path, old, self._run([]), self.plan.starts, self.log)
         if old.prompts:
             self.prompts, self.prompts_note = dict(old.prompts), old.prompts_note
         return list(old.starts)
