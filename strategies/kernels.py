@@ -56,13 +56,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from moegate.core.activation import ACTIVATIONS, PARAMETERS, Activation
 from moegate.core.case import (
-    ACTIVATIONS,
     ALL_PLACEMENTS,
     DTYPES,
     ENTRYPOINTS,
-    PARAMETERS,
-    Activation,
     MoECase,
     Placement,
     Quant,

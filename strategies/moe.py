@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 from hypothesis import example, target
 from hypothesis import strategies as st
 
+from moegate.core.activation import Activation
 from moegate.core.case import (
     ALL_PLACEMENTS,
     DTYPES,
     QUANT_SCHEMES,
     WNA16_SCHEMES,
-    Activation,
     ExpertMap,
     MoECase,
     Placement,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moegate.core.case import ACTIVATIONS as CASE_ACTIVATIONS
+from moegate.core.activation import ACTIVATIONS as CASE_ACTIVATIONS
 from moegate.core.case import QUANT_SCHEMES
 
 

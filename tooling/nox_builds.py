@@ -40,9 +40,7 @@ def vllm_recipe(spec: str, gpu: bool) -> tuple[str, dict[str, list[str]]]:
 
 
 REAL_MODEL = "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8"
-REAL_MODEL_ARGS = (
-    f"{base_args(eager=False)} --gpu-memory-utilization 0.90 {UVA_EXPERTS.replace('-gb 64', '-gb 16')}"
-)
+REAL_MODEL_ARGS = f"{base_args(eager=False)} --gpu-memory-utilization 0.90 {UVA_EXPERTS.replace('-gb 64', '-gb 16')}"
 """`nox -s e2e-real-model`: the change description's own setup, 16 GiB of experts UVA-offloaded."""
 AB_SMOKE = (
     "--starts=2", "--min-starts=2", "--concurrency=1,2,4", "--target-seconds=2", "--output-len=32",

@@ -26,9 +26,7 @@ def base_args(*, eager: bool = True, max_num_seqs: int = 4) -> str:
     compare), and ``--enforce-eager`` unless CUDA graphs are wanted. Memory and placement flags follow it. The order
     is part of the e2e goldens' key (their ``flags-`` hash): keep it."""
     eager_flag = " --enforce-eager" if eager else ""
-    return (
-        f"--max-model-len 4096{eager_flag} --dtype bfloat16 --max-num-seqs {max_num_seqs} --no-enable-prefix-caching"
-    )
+    return f"--max-model-len 4096{eager_flag} --dtype bfloat16 --max-num-seqs {max_num_seqs} --no-enable-prefix-caching"
 
 
 CPU_SERVER_ARGS = base_args() + " --gpu-memory-utilization 0.2"

@@ -40,8 +40,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 """Subcommand -> (the module whose ``main(argv)`` runs it, one line of help)."""
 
-EXTRAS = {"e2e": "e2e", "ab": "ab", "sweep": "vllm", "census": "vllm", "power": "power", "repro": "vllm",
-          "offload-truth": "vllm"}
+EXTRAS = {
+    "e2e": "e2e",
+    "ab": "ab",
+    "sweep": "vllm",
+    "census": "vllm",
+    "power": "power",
+    "repro": "vllm",
+    "offload-truth": "vllm",
+}
 """Subcommand -> the extra of pyproject.toml whose packages its module imports (a bare install has none of them)."""
 
 

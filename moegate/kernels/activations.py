@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from moegate.core.case import Activation
+from moegate.core.activation import Activation
 
 FIXED_LIMIT = 7.0
 """The clamp limit of ``swigluoai`` and ``swiglustep``, which vLLM calls without one."""

@@ -106,7 +106,8 @@ from dataclasses import dataclass
 
 import torch
 
-from moegate.core.case import Activation, Quant
+from moegate.core.activation import Activation
+from moegate.core.case import Quant
 from moegate.kernels import activations
 from moegate.kernels.quant import dequantize, dequantize_activation, quantize_activation
 

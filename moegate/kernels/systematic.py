@@ -44,7 +44,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from moegate.core.case import Activation, MoECase
+from moegate.core.activation import Activation
+from moegate.core.case import MoECase
 from moegate.core.tensors import VECTOR_ROUTING_TOKENS, CaseTensors, torch_dtype
 from moegate.kernels.reference import UNIT_ROUNDOFF, check_ids, dequantize
 from moegate.kernels.student_t import t_critical

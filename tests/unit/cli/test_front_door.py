@@ -26,7 +26,9 @@ def test_help_lists_every_subcommand_and_each_names_a_main(capsys):
     assert list(cli.COMMANDS)[:6] == ["gate", "e2e", "ab", "sweep", "preflight", "fetch-gsm8k"]  # the order users meet
 
 
-@pytest.mark.parametrize("name", ["gate", "e2e", "ab", "preflight", "fetch-gsm8k", "repro", "spec", "power", "offload-truth"])
+@pytest.mark.parametrize(
+    "name", ["gate", "e2e", "ab", "preflight", "fetch-gsm8k", "repro", "spec", "power", "offload-truth"]
+)
 def test_each_subcommand_hands_its_arguments_to_its_own_main(name, capsys):
     """``moegate NAME --help`` is the tier's own parser: the subcommand adds nothing and drops nothing."""
     with pytest.raises(SystemExit) as done:

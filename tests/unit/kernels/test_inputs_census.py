@@ -16,7 +16,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moegate.core.case import ENTRYPOINTS, Activation, MoECase
+from moegate.core.activation import Activation
+from moegate.core.case import ENTRYPOINTS, MoECase
 from moegate.core.tensors import torch_dtype
 from moegate.kernels.check import reference_for
 from moegate.kernels.inputs import WeightBank

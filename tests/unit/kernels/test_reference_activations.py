@@ -16,7 +16,8 @@ import math
 import pytest
 import torch
 
-from moegate.core.case import ACTIVATIONS, Activation, MoECase
+from moegate.core.activation import ACTIVATIONS, Activation
+from moegate.core.case import MoECase
 from moegate.kernels import activations
 from moegate.kernels.reference import Reference, compare, reference_moe, rounding_count
 

@@ -16,7 +16,7 @@ SPELLED = "--max-model-len 4096"
 def test_no_file_but_tooling_serving_writes_the_server_flags_out():
     out = subprocess.run(
         ["git", "grep", "-l", "-F", "-e", SPELLED, "--", "*.py", "*.sh", "*.yml", "*.yaml", "*.toml", "noxfile.py"],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert [p for p in out if not p.startswith("tests/")] == ["tooling/serving.py"]
 
