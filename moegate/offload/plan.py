@@ -2,7 +2,7 @@
 
     python -m moegate.offload.plan --python PY [--site DIR]... --out DIR [--only NAME]... [--timeout S]
 
-On the GPU machine (``tools/gpu/offload_truth.sh``): builds the default tiny Qwen3-MoE (128 experts,
+On the GPU machine (``bash tools/gpu/offload_runs.sh truth``): builds the default tiny Qwen3-MoE (128 experts,
 top-8, hidden 256, expert width 128: every width a multiple of 128, and 1-4 decode tokens in the naive
 region), writes it pre-quantized in each scheme (``moegate.model.quantize``), makes the builds
 (``moegate.vllm.planted``: the clean one and the planted offload bugs) from ``PY`` and the ``--site``

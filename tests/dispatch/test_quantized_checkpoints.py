@@ -5,7 +5,7 @@ layer-skip matching says the experts (and for block FP8 the attention) are quant
 and ``lm_head`` are not, and its expert weight-name mapping sends every per-expert tensor to the
 fused parameter the scheme's MoE method registers (names read from vLLM 0.33.0's ``create_weights``).
 The packing of int4 values is checked against compressed-tensors' own unpacker (a vLLM dependency).
-That the engine then loads and serves them is the GPU's job (``tools/gpu/offload_truth.sh``).
+That the engine then loads and serves them is the GPU's job (``bash tools/gpu/offload_runs.sh truth``).
 """
 
 from __future__ import annotations

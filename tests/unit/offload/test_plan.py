@@ -1,6 +1,6 @@
 """The offload-truth plan asks for what it means to, judges outcomes against expectations, and renders its page; bad input is one line.
 
-No GPU here: the runs themselves are ``tools/gpu/offload_truth.sh``. These check the plan's table (every
+No GPU here: the runs themselves are ``bash tools/gpu/offload_runs.sh truth``. These check the plan's table (every
 checkpoint a scheme ``moegate.model.quantize`` writes, every planted bug a spec the builds accept, a planted
 bug expected to FAIL by the rule it breaks), the budgets it hands the engine, the expectation check, and the
 page rendered from a result document shaped like the engine's.

@@ -1,7 +1,7 @@
 """Offload truth's rules on observations built here: each lie about where a weight lives is a FAIL naming the layer, the parameter and where it is.
 
 The observations have the shape ``moegate.vllm.residency.observe`` returns from a loaded model (what the
-driver said per parameter); the GPU runs (``tools/gpu/offload_truth.sh``) feed real ones.
+driver said per parameter); the GPU runs (``bash tools/gpu/offload_runs.sh truth``) feed real ones.
 """
 
 from __future__ import annotations
