@@ -3,7 +3,7 @@
 Each session picks its environment and hands its arguments on, to pytest or to the tier's command
 line (`python -m moegate.e2e`, `.ab`, `.power`, `.kernels.sweep`), which says what it accepts. nox
 reads only what picks an environment: `--vllm=VERSION|WHEEL`, `--vllm-python=PATH` (one you have,
-nothing installed) and `--base=SPEC --pr=SPEC [--model=DIR]`: tooling/nox_{envs,builds}.py, docs/environments.md.
+nothing installed) and `--base=SPEC --pr=SPEC [--model=DIR]`: tooling/nox_{envs,builds}.py, docs/design/environments.md.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def unit(session: nox.Session, version: str) -> None:
 
 @nox.session(python=False, tags=["tests"])
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, mypy, zizmor, actionlint: every tool must pass (docs/ci.md, "Lint")."""
+    """ruff check, ruff format --check, mypy, zizmor, actionlint: every tool must pass (docs/design/ci.md, "Lint")."""
     _no_args(session)
     tools = envs.shared_env(session, "_lint", envs.LINT_TOOLS).parent
     session.run(str(tools / "ruff"), "check", ".", external=True)
@@ -157,7 +157,7 @@ def leg_builds(session: nox.Session) -> None:
 @nox.session(python=False)
 def bless(session: nox.Session) -> None:
     """Rewrite golden files (then review `git diff golden/`): `-- dispatch-table.tsv` from the PR build,
-    `-- census [--vllm=SPEC]` (the census of that build's vLLM, docs/census.md),
+    `-- census [--vllm=SPEC]` (the census of that build's vLLM, docs/design/census.md),
     `-- e2e --base=SPEC --pr=SPEC [e2e options]` (both builds' e2e goldens), `-- e2e-smoke` (the CPU smoke's)."""
     if session.posargs[:1] == ["census"]:
         opts, rest = builds.take(session.posargs[1:], "vllm", "vllm-python", error=session.error)
@@ -174,7 +174,7 @@ def bless(session: nox.Session) -> None:
     _pytest(session, py, *builds.bless_targets(names, error=session.error), "--bless")
 
 
-# --- the e2e tier: two builds' servers, greedy and GSM8K (docs/e2e.md) ---------------------
+# --- the e2e tier: two builds' servers, greedy and GSM8K (docs/design/e2e.md) ---------------------
 
 
 _RELEASE = re.compile(r"\d+\.\d+\.\d+")
@@ -254,7 +254,7 @@ def e2e_real_model(session: nox.Session) -> None:
     _e2e(session, "greedy,gsm8k", [*real, *session.posargs])
 
 
-# --- the A/B tier: throughput of two builds (docs/ab.md) -----------------------------------
+# --- the A/B tier: throughput of two builds (docs/design/ab.md) -----------------------------------
 
 
 @nox.session(name="ab-smoke", python=False)
@@ -277,7 +277,7 @@ def ab_smoke(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def ab(session: nox.Session) -> None:
-    """Throughput A/B of two builds: `-- --base=SPEC --pr=SPEC [--model=DIR] [python -m moegate.ab options]` (docs/ab.md)."""
+    """Throughput A/B of two builds: `-- --base=SPEC --pr=SPEC [--model=DIR] [python -m moegate.ab options]` (docs/design/ab.md)."""
     opts, rest = builds.take(session.posargs, "base", "pr", "model", error=session.error)
     if "base" not in opts or "pr" not in opts:
         session.error("nox -s ab needs --base=SPEC --pr=SPEC [--model=DIR] (SPEC a release or an interpreter)")
@@ -323,7 +323,7 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def power(session: nox.Session) -> None:
-    """Gate power: the dispatch tier's mutation score on vLLM's dispatch code (docs/power.md); reports/power.{md,json}.
+    """Gate power: the dispatch tier's mutation score on vLLM's dispatch code (docs/design/power.md); reports/power.{md,json}.
 
     Fails on a surviving mutant not marked equivalent; arguments go to `python -m moegate.power`."""
     vllm_py, rest = _vllm(session)

@@ -3,7 +3,7 @@
     python -m bench.bench_cpu_server --vllm-python PY --model DIR [--beside 0,1] [--requests 32]
 
 Compares vLLM's defaults (1 GiB of KV cache only) with the environment the sessions give their CPU servers
-(``tooling/nox_builds.CPU_SERVER_ENV``). CPU seconds are the server's whole process group's (API server,
+(``tooling.serving.CPU_SERVER_ENV``). CPU seconds are the server's whole process group's (API server,
 engine, worker), read from ``/proc``. ``--beside N`` runs N busy-looping processes during the start and the
 load, as the other lane's sessions are beside a server in the test command. The figures in
 results/ci-time.md come from here.

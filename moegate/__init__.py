@@ -1,7 +1,7 @@
 """moegate: a property-based and differential test suite and CI gate for vLLM's fused-MoE dispatch.
 
 ``moegate.strategies`` (the Hypothesis strategies every tier draws from) lives at the repository's top
-level, ``strategies/``, as the design card lays it out. An install puts it at ``moegate/strategies/``
+level, ``strategies/``, as the design card lays it out. An install puts it inside the package
 (pyproject.toml: ``[tool.setuptools] package-dir``); a checkout imported without one (``PYTHONPATH=.``,
 the power run's frozen copy of the suite) finds it beside this package through ``_CheckoutStrategies``.
 """

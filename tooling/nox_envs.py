@@ -10,7 +10,7 @@ checkout's ``.nox`` unless ``MOEGATE_ENV_DIR`` names another folder: ``.ci/run``
 environments built (moegate's editable install is re-pointed at the checkout that runs). A
 build holds a lock on its environment, so two sessions running at once (``nox -s tests``'
 lanes) never build the same one twice or use one half built. uv builds them where it
-is installed (beside nox's Python or on PATH; docs/environments.md has both installers'
+is installed (beside nox's Python or on PATH; docs/design/environments.md has both installers'
 times), pip otherwise; ``MOEGATE_INSTALLER=pip`` insists on pip. moegate itself goes into
 every environment editable, in a step of its own after the recipe-stamped install.
 
@@ -170,7 +170,7 @@ vLLM 0.33.0's, whose CUDA torch comes with it. Which one, ``torch_index``: ``MOE
 (empty: none), else PyTorch's CPU index, unless one of pip's configured find-links folders already holds that torch
 build (this machine's ``/opt/wheels``: its resolver never asks an index it cannot reach). So a fresh machine with
 PyPI in reach builds every environment with nothing set, GitHub's hosted jobs set it to the same URL, and a mirror
-or an offline index is one variable away (docs/environments.md)."""
+or an offline index is one variable away (docs/design/environments.md)."""
 
 
 def uv() -> str | None:

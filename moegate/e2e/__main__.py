@@ -106,7 +106,7 @@ def _promise_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--promise", default=DEFAULT_PROMISE,
         help=f"what the PR promises: {' or '.join(PROMISES)} (default {DEFAULT_PROMISE}, the safe one: a re-rounding "
-        "fails it with the equivalent verdict named beside it; docs/e2e-rules.md)",
+        "fails it with the equivalent verdict named beside it; docs/design/e2e-rules.md)",
     )  # fmt: skip
     p.add_argument(
         "--strict-goldens", action="store_true",

@@ -28,7 +28,7 @@ from moegate.serve.build import Build
 
 GATES = ("greedy", "gsm8k")
 PROMISES = ("identical", "equivalent")
-"""What a pull request promises (docs/e2e-rules.md): ``identical`` computes what the base computes at the same
+"""What a pull request promises (docs/design/e2e-rules.md): ``identical`` computes what the base computes at the same
 batch composition; ``equivalent`` may re-round, but neither biases the model nor damages it beyond what a
 re-rounding does."""
 DEFAULT_PROMISE = "identical"

@@ -7,7 +7,7 @@ same step, so a wave's batches are the same from run to run: what vLLM needs to
 promise the same output (same version, hardware and batch composition). Token ids
 come back as ids (``return_tokens_as_token_ids``) with the top five log-probabilities
 at every position (``TOP_LOGPROBS``), so a divergence can be judged by the near-tie rule
-of docs/e2e-rules.md (``moegate/e2e/rules/greedy.py``): each build's token in the other's top 5,
+of docs/design/e2e-rules.md (``moegate/e2e/rules/greedy.py``): each build's token in the other's top 5,
 both margins within the run's measured noise; a *near tie* mark (under ``NEAR_TIE_NATS``) in
 the divergence table is only a hint.
 """

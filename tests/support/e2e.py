@@ -20,7 +20,7 @@ SMOKE_SIZE = [
 responses were not reproducible even on the CPU (a same-server repeat changed 1 of 10), and a smoke that
 fails by chance would cry wolf; the self-check that catches that is what the gate does at 4 in flight.
 ``--gsm8k-detect=1.0``: at 10 questions the exact McNemar test resolves nothing smaller than 9 answers
-all one way (docs/e2e-rules.md), so that is what the smoke promises; the default 0.05 would grow it to 40."""
+all one way (docs/design/e2e-rules.md), so that is what the smoke promises; the default 0.05 would grow it to 40."""
 SMOKE_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE",
     "OMP_NUM_THREADS": "1",

@@ -92,7 +92,7 @@ class Tree:
         return cls(root, files)
 
     def room(self, module: str) -> str:
-        """``moegate.e2e.run`` -> ``e2e``; ``moegate.paths`` -> ``paths``; ``moegate`` -> ``moegate``."""
+        """``moegate.e2e.pair`` -> ``e2e``; ``moegate.paths`` -> ``paths``; ``moegate`` -> ``moegate``."""
         parts = module.split(".")
         return parts[1] if len(parts) > 1 else parts[0]
 

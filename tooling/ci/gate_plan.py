@@ -25,7 +25,9 @@ import urllib.error
 import urllib.request
 from pathlib import PurePosixPath
 
-TIERS = ("dispatch", "meta", "kernels", "e2e", "ab")
+from moegate.core import tiers as vocabulary  # standard library only, as this module is
+
+TIERS = vocabulary.CI_TIERS
 GPU_TIERS = ("kernels", "e2e", "ab")
 PAIR_TIERS = ("e2e", "ab")  # compare base and PR; the others gate one build
 RENAMED = {"bench": "ab"}  # the A/B tier's old name here (nox -s bench is the dispatch tier's benchmark)
@@ -40,17 +42,23 @@ class PlanError(ValueError):
 
 
 def parse_tiers(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise PlanError(f"tiers={text!r} names no tier; choose from {', '.join(TIERS)}")
-    for name in names:
+    for name in (t.strip() for t in text.split(",")):
         if name in RENAMED:
             raise PlanError(
                 f"tier {name!r} is now {RENAMED[name]!r} (the A/B of two builds; nox -s bench is the dispatch benchmark)"
             )
-        if name not in TIERS:
-            raise PlanError(f"unknown tier {name!r} in tiers={text!r}; known: {', '.join(TIERS)}")
-    return list(dict.fromkeys(names))
+    try:
+        return vocabulary.parse_tiers(text, TIERS)
+    except vocabulary.UnknownInput as exc:
+        raise PlanError(str(exc)) from None
+
+
+def parse_models(text: str) -> list[str]:
+    """The e2e and A/B legs' models: ``random``, ``trained`` or a folder's path (moegate/core/tiers.py)."""
+    try:
+        return vocabulary.parse_models(text or DEFAULT_MODELS)
+    except vocabulary.UnknownInput as exc:
+        raise PlanError(str(exc)) from None
 
 
 def classify(name: str, spec: str) -> str:
@@ -154,7 +162,7 @@ def plan(
             f"tier 'meta' demands the base fail on host-resident cases: base must be {' or '.join(META_BASES)} "
             f"or an environment's python, not {base!r}"
         )
-    models = [m.strip() for m in models_text.split(",") if m.strip()] or DEFAULT_MODELS.split(",")
+    models = parse_models(models_text)
     if remote:
         check_remote("base", base)
         check_remote("pr", pr)

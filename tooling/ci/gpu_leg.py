@@ -23,7 +23,7 @@ leg passes is here, and only here:
 - **e2e** (``moegate e2e run``): both gates on one model, the GPU flags of ``tooling/serving.py`` (experts
   UVA-offloaded), GSM8K's 250 questions once a build (``E2E_OPTIONS``: the configuration the H200 measured at
   408-455 s a pair, ``results/e2e-h200-scored.md``), judged by the promise the PR makes (``--promise``, the
-  workflow's ``promise`` input: ``identical`` by default, ``equivalent``; docs/e2e-rules.md). GSM8K is checked
+  workflow's ``promise`` input: ``identical`` by default, ``equivalent``; docs/design/e2e-rules.md). GSM8K is checked
   (sha256) before any server starts.
 - **ab** (``moegate ab``): the decode time a token at ``AB_OPTIONS``, CUDA graphs on, the preflight's bandwidth in
   the evidence columns; gating at ``--gate-threshold`` (engineer ab's rule: FAIL, regressed by at least the threshold,
@@ -65,7 +65,7 @@ AB_OPTIONS = (
 )  # fmt: skip
 """One look at 3 starts a build (6 server starts), three levels: single-request decode, a small batch, a full one.
 What fits the 20-minute verdict beside the other legs (a start of the tiny model with graphs on: about 1.5 minutes);
-3 starts a build resolve a 5 % change where the start-to-start spread is under 0.77 % (docs/ab.md); a smaller change,
+3 starts a build resolve a 5 % change where the start-to-start spread is under 0.77 % (docs/design/ab.md); a smaller change,
 or a noisier runner, reads *unresolved*, which passes. On the H200 the random tiny model's spread with graphs was
 9.6-16.4 % (results/ab-decode-spread.md): there this leg catches only gross regressions."""
 DEFAULT_GATE_THRESHOLD = 0.03
@@ -158,7 +158,7 @@ def e2e_command(opts: argparse.Namespace, builds: dict[str, object]) -> list[str
         cmd += [f"--{role}={_need(builds, role, 'e2e')}", f"--{role}-label={builds.get(f'{role}_label', role)}"]
     cmd += [
         f"--model={model}",
-        # eager: two starts of one build compute alike only so, which `identical` needs (docs/e2e-rules.md,
+        # eager: two starts of one build compute alike only so, which `identical` needs (docs/design/e2e-rules.md,
         # "Two starts of one build"); the A/B, which judges speed, serves with graphs
         f"--server-args={server_args(gpu=True)}",
         f"--eval-python={_need(builds, 'eval', 'e2e')}",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 A/B runs (docs/ab.md; issues 19 and 31), from the project root on the device, after the bring-up of
+# The H200 A/B runs (docs/design/ab.md; issues 19 and 31), from the project root on the device, after the bring-up of
 # tools/gpu/README.md (0.33.0 in $HOME/vllm-site, lm-eval in $HOME/eval-site, 0.32.0 in $HOME/vllm032; `models` and
 # `aa` need only the first two). The data (sharegpt.json, gsm8k/train.jsonl) is read from .gpu/data: the
 # bring-up's data pack, linked there (`ln -sfn "$HOME/data" .gpu/data`), or .gpu/g20/text carried. Each step is one

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 30's GPU steps for the census work (docs/census.md, docs/kernels.md), from the project root on the
+# Issue 30's GPU steps for the census work (docs/design/census.md, docs/design/kernels.md), from the project root on the
 # device, after the three vLLM 0.33.0 bundle installs into $HOME/census-vllm-site (own names: other sessions
 # share the machine). Each step writes its log and JUnit to $OUT.
 #   census-tests          the new kernel tests alone (tests/kernels/test_kernel_census.py), cold Triton cache

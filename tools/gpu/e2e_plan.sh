@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The e2e tier's H200 measurements: server pairs side by side on the one GPU, each one `python -m moegate.e2e run`
 # (the orchestrator, moegate/e2e/pair.py: greedy at 1 and 4 in flight, the scored comparison, the decode path,
-# GSM8K where asked; both promises of docs/e2e-rules.md judged from the pair's one run). From the checkout root on
+# GSM8K where asked; both promises of docs/design/e2e-rules.md judged from the pair's one run). From the checkout root on
 # the device, after the installs of tools/gpu/README.md ($HOME/vllm-site, $HOME/eval-site, optionally $HOME/vllm032):
 #
 #   bash tools/gpu/e2e_plan.sh PLANFILE...     # e.g. tools/gpu/plans/promises-a.plan
@@ -11,7 +11,7 @@
 #   MODEL  random (the e2e preset, built here once with GSM8K's tokenizer) | trained (models/e2e-trained)
 #          | random-fp8 (the block-FP8 variant of issue 29 item 6: `python -m moegate.model.quantize SRC DEST
 #          --scheme fp8-block` on the random model, whose e2e preset tiles into [128, 128] blocks, hidden 256 and
-#          expert width 128, and keeps 1-4 decode tokens naive, 4 x 8 x 4 <= 128; docs/offload.md. The trained
+#          expert width 128, and keeps 1-4 decode tokens naive, 4 x 8 x 4 <= 128; docs/design/offload.md. The trained
 #          model's expert width 64 does not tile: the writer refuses it with one line and the line is skipped)
 #   BASE, PR  a build: VERSION[+BUG][@VARIANT]: 033 or 032 (the site); +BUG a planted change
 #          (`python -m moegate.vllm.planted --bug`: bugs scale=F, weights=F, expert=SRC:DST, renorm=off,

@@ -6,7 +6,7 @@ Per pair and in-flight count, on the base's sequences (scored in prefill, compos
 the two builds' greedy passes: the PR's mean |change| per token in prefill and on the decode path, each over the
 reference re-rounding's (with the rule's bootstrap upper bound), the path balance (decode over prefill on the same
 tokens, and its bound), the bias (mean signed change per prompt, with its t interval), and the largest change of
-one token. These are the figures docs/e2e-rules.md derives ``KAPPA``, ``KAPPA_MODEL``, ``RHO``, ``BIAS_FACTOR`` and
+one token. These are the figures docs/design/e2e-rules.md derives ``KAPPA``, ``KAPPA_MODEL``, ``RHO``, ``BIAS_FACTOR`` and
 ``TOKEN_FLOOR`` from; the verdicts themselves come from ``python -m moegate.e2e compare`` on the run's raw folder.
 """
 

@@ -3,7 +3,7 @@
     python -m tools.gpu.gsm8k_rejudge RUN_DIR
 
 Prints the run's batch noise ``M_w``, its decode-to-prefill noise ``M_d``, the tie bound before and after
-GSM8K's bound took ``M_d`` (docs/e2e-rules.md, GSM8K) and which divergences each leaves unexplained. Only
+GSM8K's bound took ``M_d`` (docs/design/e2e-rules.md, GSM8K) and which divergences each leaves unexplained. Only
 the divergence clause: the exact-match records need lm-eval's samples, which hold GSM8K's questions and are
 not committed, so equal scores stand in for them here.
 """

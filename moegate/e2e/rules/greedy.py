@@ -2,7 +2,7 @@
 
 ``compare`` is token equality with a divergence report (each differing prompt, the first divergent
 token, both continuations from there, the top candidates with their margin); under ``--strict`` it is
-the verdict. ``classify`` turns it into the batch-robust verdict of docs/e2e-rules.md: a divergence is
+the verdict. ``classify`` turns it into the batch-robust verdict of docs/design/e2e-rules.md: a divergence is
 identical, explained (a near tie: each build's token in the other's top 5, both margins within the
 run's tie bound) or unexplained, and only unexplained ones fail.
 """

@@ -1,4 +1,4 @@
-"""The GSM8K rule: two builds' lm-eval records compared (docs/e2e-rules.md, GSM8K).
+"""The GSM8K rule: two builds' lm-eval records compared (docs/design/e2e-rules.md, GSM8K).
 
 - ``compare`` (and ``compare_runs``): byte identity of every response and equal exact_match under both
   filters; what ``--strict`` asks, and what a build is compared with its golden by.

@@ -1,4 +1,4 @@
-"""The ``identical`` promise's rules (docs/e2e-rules.md): the PR computes what the base computes at the same
+"""The ``identical`` promise's rules (docs/design/e2e-rules.md): the PR computes what the base computes at the same
 batch composition.
 
 - ``scored_result``: both builds' log-probabilities of the same sequences (prefill), each build under two
@@ -32,7 +32,7 @@ def starts_caveat(flags: Mapping[str, Sequence[str]]) -> str | None:
 
     On the H200, 25 starts of one 0.33.0 build with torch.compile and CUDA graphs on fell into 4 classes of
     bit-identical output, and two starts agreed about one time in three; eager starts agreed
-    (results/e2e-promises-h200.md, "The panel of 2026-12-03 (2)"; docs/e2e-rules.md, "Two starts of one build").
+    (results/e2e-promises-h200.md, "The panel of 2026-12-03 (2)"; docs/design/e2e-rules.md, "Two starts of one build").
     A FAIL there may be the two starts', not the PR's: the note says so and what to do, the verdict stands.
     """
     compiled = sorted(label for label, f in flags.items() if "--enforce-eager" not in f)
@@ -44,7 +44,7 @@ def starts_caveat(flags: Mapping[str, Sequence[str]]) -> str | None:
         "results/e2e-promises-h200.md), and a server's own repeat, the rules' within, cannot see it: a FAIL may be "
         "the starts', not the PR's. "
         "Serve with --enforce-eager for this promise (the gate's e2e leg does), or judge --promise equivalent "
-        '(docs/e2e-rules.md, "Two starts of one build").'
+        '(docs/design/e2e-rules.md, "Two starts of one build").'
     )
 
 
@@ -71,7 +71,7 @@ def scored_result(data: ScoreData, detect: float = stats.DETECT_NATS_PER_TOKEN) 
         "",
         (
             f"Each build scored the same {v.sequences} sequences ({v.tokens} tokens: prompt + greedy continuation) "
-            f"under two batch compositions ({'; '.join(c.name for c in data.compositions)}). Rule: docs/e2e-rules.md."
+            f"under two batch compositions ({'; '.join(c.name for c in data.compositions)}). Rule: docs/design/e2e-rules.md."
         ),
         "",
         "| statistic | value | bound |",

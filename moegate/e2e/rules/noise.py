@@ -1,7 +1,7 @@
 """The noise a run measures of itself, as the rules use it: tie bounds for greedy and GSM8K divergences.
 
 Every figure here is measured on sequences that are the same for both builds whatever the PR does
-(docs/e2e-rules.md, "A tie bound that does not grow with the PR's divergence"): the base's
+(docs/design/e2e-rules.md, "A tie bound that does not grow with the PR's divergence"): the base's
 continuations, scored by both builds; the greedy passes each build repeats; the base's own decode
 against its own prefill. The PR's extra continuations (``+pr`` sequences, one per prompt it diverges
 on) never enter a bound: with a bug that diverges everywhere they added a sequence each, and the
@@ -59,7 +59,7 @@ def decode_noise(data: ScoreData | None, greedy_1: Mapping[str, Sequence[Any]]) 
     Each build's 1-in-flight greedy continuation reported, token by token, the log-probability it decoded
     with (``Completion.top``); the scoring phase scored the same tokens of the same sequence in prefill.
     Same build, same tokens, another kernel schedule (one row per step against the whole sequence at
-    once): the difference is noise of the build, measured in this run (docs/e2e-rules.md, GSM8K). The
+    once): the difference is noise of the build, measured in this run (docs/design/e2e-rules.md, GSM8K). The
     rules pass the base's continuation only: a PR whose decode alone is wrong would widen its own bound.
     """
     if data is None or not data.sequences:
@@ -123,7 +123,7 @@ def pr_max(data: ScoreData | None, base: BuildRun | None = None, pr: BuildRun | 
     whose margin is up to twice that: the tie bound takes it (``judge``), capped by the one-token bound. Where the PR
     moves a token more than a re-rounding may, the scored and decode clauses fail it; the tie bound only stops
     greedy from failing a re-rounding they passed. It is measured on the base's sequences and the common prefix
-    only, so a PR's divergences do not add to it (docs/e2e-rules.md)."""
+    only, so a PR's divergences do not add to it (docs/design/e2e-rules.md)."""
     prefill = _prefill_max(data, data.labels[1]) if data is not None and data.sequences else 0.0
     return max(prefill, _decode_max(base, pr))
 

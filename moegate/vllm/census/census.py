@@ -113,7 +113,7 @@ def take_sites(src: VllmSource) -> list[dict[str, Any]]:
 def render(census: Census) -> str:
     header = golden.provenance_header(
         {
-            "what": "census of vLLM's fused-MoE configurations and dispatch sites (docs/census.md)",
+            "what": "census of vLLM's fused-MoE configurations and dispatch sites (docs/design/census.md)",
             "vllm": census.vllm,
             "transformers": census.transformers or "absent",
             "census code": str(CENSUS_VERSION),

@@ -41,7 +41,7 @@ PLANTED = 0.002
 """The issue's target: every output 0.2 % too large (or too small)."""
 POOL = {"bfloat16": 64, "float16": 16, "float32": 16}
 """Calls per dtype: 8 per (entrypoint, placement) group in bfloat16, 2 in float16 and float32, fewer than the
-``ci`` profile's kernel tier makes in all but its rarest groups (docs/kernels-systematic.md counts them)."""
+``ci`` profile's kernel tier makes in all but its rarest groups (docs/design/kernels-systematic.md counts them)."""
 GROUPS = [(ep, p.label) for ep in ENTRYPOINTS for p in ALL_PLACEMENTS]
 
 

@@ -44,6 +44,20 @@ def test_unknown_tier_is_one_line_before_anything_else():
     )
 
 
+def test_an_unknown_model_is_one_line_before_anything_else():
+    """A bare word that is neither a named model nor a folder's path is a typo: refused by the shared vocabulary
+    (moegate/core/tiers.py, which the Buildkite steps' gate uses too) before any leg is planned."""
+    cmd = [sys.executable, "-m", "tooling.ci.gate_plan", "plan", "--tiers", "e2e", "--base", "0.32.0", "--pr", "0.33.0"]
+    proc = subprocess.run([*cmd, "--models", "random,trianed"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip() == (
+        "moegate: unknown model 'trianed' in models='random,trianed'; known: random, trained, or a folder's path "
+        "(with a /: ./trianed)"
+    )
+    folder = subprocess.run([*cmd, "--models", "./trianed"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert folder.returncode == 0, folder.stderr
+
+
 @pytest.mark.parametrize(
     ("spec", "kind", "arg"),
     [
@@ -105,13 +119,13 @@ def test_local_builds_are_found_on_the_runner(tmp_path):
 
 
 def test_plan_fans_gpu_tiers_out_per_model_and_pair():
-    out = gate_plan.plan("dispatch,kernels,e2e,ab", "0.32.0", "0.33.0", "tiny, qwen3-30b-a3b")
+    out = gate_plan.plan("dispatch,kernels,e2e,ab", "0.32.0", "0.33.0", "trained, /data/qwen3-30b-a3b")
     legs = json.loads(out["gpu-matrix"])["include"]
     assert [(leg["leg"], leg["model"]) for leg in legs] == [
         ("kernels-pr", "-"),
-        ("e2e-tiny-base-vs-pr", "tiny"),
-        ("e2e-qwen3-30b-a3b-base-vs-pr", "qwen3-30b-a3b"),
-        ("ab-base-vs-pr", "tiny"),
+        ("e2e-trained-base-vs-pr", "trained"),
+        ("e2e-_data_qwen3-30b-a3b-base-vs-pr", "/data/qwen3-30b-a3b"),
+        ("ab-base-vs-pr", "trained"),
     ]
     default = json.loads(gate_plan.plan("e2e,ab", "0.32.0", "0.33.0")["gpu-matrix"])["include"]
     assert [leg["leg"] for leg in default] == ["e2e-random-base-vs-pr", "e2e-trained-base-vs-pr", "ab-base-vs-pr"]

@@ -1,4 +1,4 @@
-"""tools/gpu/gsm8k_flips re-judges archived GSM8K gate JSONs by the rule on main, flip by flip."""
+"""tools/gpu/gsm8k_flips.py re-judges archived GSM8K gate JSONs by the rule on main, flip by flip."""
 
 from __future__ import annotations
 

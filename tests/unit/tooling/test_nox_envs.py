@@ -165,7 +165,7 @@ def test_the_ab_smokes_cpu_servers_run_the_engine_apart_so_tokens_stream_as_deco
 
 
 def test_the_ab_serves_with_cuda_graphs_on_a_gpu_and_stays_eager_on_a_cpu(monkeypatch):
-    """`nox -s ab` serves as the change description served: no --enforce-eager on a GPU (docs/ab.md)."""
+    """`nox -s ab` serves as the change description served: no --enforce-eager on a GPU (docs/design/ab.md)."""
     monkeypatch.setattr(serving.shutil, "which", lambda name: "/usr/bin/nvidia-smi")  # a GPU machine
     assert "--enforce-eager" not in serving.server_args("1,2,4", graphs=True).split()
     assert "--enforce-eager" in serving.server_args("1,2,4").split()  # the e2e tier's flags are its own
