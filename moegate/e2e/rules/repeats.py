@@ -34,16 +34,19 @@ the noise (the assumption, as for the scored rule: a server start carries no sta
 8 of 8 discordant prompts (2^-8 = 0.0039), 10 of 11, 11 of 13, 13 of 16, 17 of 21, ...
 
 **Measured** (results/e2e-promises-h200.md, "Two starts of one build compute differently": the H200, 0.33.0, the
-trained and random models, 64 prompts x 128 tokens, each build twice at 4 in flight): over the 40 servers of 20
-pairs, a server's repeat parted from its pass on 0-4 of 64 prompts, whatever its build, its planted change or the
-class its compiled start fell into. The bound sits far above that: a same-build pair puts at most 4 discordant
-prompts on one side, p >= 2^-4 = 0.0625, twelve times the level; failing needs at least 8 with the base at 0,
-twice the most any same-build server showed. The decode-path bugs whose error depends on the batch parted on 12-19
-of 64 with their base at 0-2 (``naive-host-top1`` at 0.5-2 %: 15 against 2, 12 against 0, 17 against 2; on the
-random model 19 against 1): p <= 0.0012 even if no prompt is shared, all FAIL. So does ``@triton-attn`` (another
-attention kernel, 15 against 1), a change that ``identical`` fails anyway; this row is not asked under
-``equivalent``, which allows a re-rounding its own batch dependence. (The eager same-build servers of
-results/e2e-h200-scored.md parted on 0-1 of 64.)
+trained and random models, 64 prompts x 128 tokens, each build twice at 4 in flight, 40 servers of 20 pairs): every
+base, and every PR whose build computes as its base does or changes every path alike (the same build, resident
+experts, a retuned config, 0.32.0, the re-roundings, the bugs of every path), parted from its own repeat on 0-4 of
+64 prompts, whatever class its compiled start fell into. The bound sits far above that: a same-build pair puts at
+most 4 discordant prompts on one side, p >= 2^-4 = 0.0625, twelve times the level; failing needs at least 8 with
+the base at 0, twice the most any such server showed. The PR servers of the decode-path bugs whose error depends on
+the batch parted on 12-19 of 64 with their base at 0-2 (``naive-host-top1`` at 0.5-2 %: 15 against 2, 12 against 0,
+17 against 2; on the random model 19 against 1): p <= 0.0012 even if no prompt is shared, all FAIL. So does
+``@triton-attn`` (another attention kernel, 15 against 1), a change that ``identical`` fails anyway; this row is not
+asked under ``equivalent``, which allows a re-rounding its own batch dependence. (The eager same-build servers of
+results/e2e-h200-scored.md parted on 0-1 of 64.) The prompts of one wave share its batches, but a build that
+computes as the base does parts a prompt only at a near tie of that prompt's own, so its parts are few and
+scattered; a batch-dependent bug moves whole waves, which only strengthens the finding.
 
 Why parted tokens and not the decoded log-probabilities' mean change: a batch-dependent bug parts the repeat at
 the first decode step that differs (on the H200 every repeat parted there, none later), leaving no common prefix
