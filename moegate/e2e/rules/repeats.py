@@ -35,9 +35,9 @@ the noise (the assumption, as for the scored rule: a server start carries no sta
 
 **Measured** (results/e2e-promises-h200.md, "Two starts of one build compute differently": the H200, 0.33.0, the
 trained and random models, 64 prompts x 128 tokens, each build twice at 4 in flight, 40 servers of 20 pairs): every
-base, and every PR whose build computes as its base does or changes every path alike (the same build, resident
-experts, a retuned config, 0.32.0, the re-roundings, the bugs of every path), parted from its own repeat on 0-4 of
-64 prompts, whatever class its compiled start fell into. The bound sits far above that: a same-build pair puts at
+base, and every PR but the batch-dependent decode bugs and ``@triton-attn`` (the same build, resident experts, a
+retuned config, 0.32.0, the re-roundings, the wrong-expert, scale, weight and renormalisation bugs), parted from its
+own repeat on 0-4 of 64 prompts, whatever class its compiled start fell into. The bound sits far above that: a same-build pair puts at
 most 4 discordant prompts on one side, p >= 2^-4 = 0.0625, twelve times the level; failing needs at least 8 with
 the base at 0, twice the most any such server showed. The PR servers of the decode-path bugs whose error depends on
 the batch parted on 12-19 of 64 with their base at 0-2 (``naive-host-top1`` at 0.5-2 %: 15 against 2, 12 against 0,

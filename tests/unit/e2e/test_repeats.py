@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from moegate.e2e import data as e2e
+from moegate.e2e import stats
 from moegate.e2e.greedy import Completion
 from moegate.e2e.rules import identical, judge, noise, repeats
 from moegate.e2e.scoring import Composition, Scored, TokenSeq
@@ -140,7 +141,7 @@ def test_same_build_pairs_trip_the_repeat_row_at_most_at_its_level():
         for _ in range(2000):
             b, p = rng.random(64) < rate, rng.random(64) < rate
             only_pr, only_base = int((p & ~b).sum()), int((b & ~p).sum())
-            fails += repeats.stats.sign_test_greater(only_pr, only_pr + only_base) < repeats.ALPHA_REPEAT
+            fails += stats.sign_test_greater(only_pr, only_pr + only_base) < repeats.ALPHA_REPEAT
         assert fails / 2000 <= repeats.ALPHA_REPEAT, (rate, fails)
 
 
