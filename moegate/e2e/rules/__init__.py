@@ -7,7 +7,8 @@
 - ``greedy``: token equality, and its batch-robust classification (identical, near tie, unexplained);
 - ``gsm8k``: byte identity of responses, and the exact McNemar test with each divergence judged;
 - ``golden``: one build's records against the golden of its key;
-- ``noise``: the tie bounds the run measures of itself.
+- ``noise``: the tie bounds the run measures of the base, the build the PR did not change;
+- ``repeats``: under ``identical``, a PR that disagrees with its own repeat more than the base does.
 
 Nothing here serves or reads files: ``judge`` takes what ``moegate/e2e/pair.py`` measured (or what
 ``moegate/e2e/data.py`` read back) and returns the verdicts in the order the report shows them.
@@ -20,7 +21,7 @@ from functools import partial
 from moegate.e2e import stats
 from moegate.e2e.data import PROMISES, BuildRun, Options, ScoreData, gsm8k_cap
 from moegate.e2e.greedy import Decode
-from moegate.e2e.rules import equivalent, golden, greedy, gsm8k, identical, noise
+from moegate.e2e.rules import equivalent, golden, greedy, gsm8k, identical, noise, repeats
 from moegate.e2e.verdict import GateResult
 
 
@@ -47,13 +48,16 @@ def judge(
     # under equivalent a divergence may also be a tie the PR's own (allowed) move of one token flipped: M_P, held to
     # the one-token bound the scored clause judges it by
     m_p = min(noise.pr_max(data, base, pr), equivalent.token_bound(m_r)) if promise == "equivalent" else 0.0
-    tie = noise.tie_bound(data, (base, pr)) if promise == "identical" else stats.tie_bound(
-        max(noise.within_max(data), noise.decode_repeat_max((base, pr)), m_r, m_p)
+    # the noise of the build the PR did not change: the PR's own repeat never widens its bound (rules/noise.py)
+    tie = noise.tie_bound(data, (base,)) if promise == "identical" else stats.tie_bound(
+        max(noise.within_max(data), noise.decode_repeat_max((base,)), m_r, m_p)
     )  # fmt: skip
     results: list[GateResult] = []
     if promise == "identical":
         results.append(_named(identical.scored_result(data, detect=opts.score_detect), "identical"))
         results += [_named(identical.decode_result(base, pr, c), "identical") for c in opts.in_flight]
+        results += [_named(repeats.repeat_result(base, pr, c), "identical") for c in opts.in_flight
+                    if c in base.repeat and c in pr.repeat]  # fmt: skip
     else:
         eq = [equivalent.scored_result(data, reference, base, pr)]
         eq += [equivalent.decode_result(base, pr, reference, c, data) for c in opts.in_flight]
@@ -72,12 +76,12 @@ def judge(
             for r in (base, pr):
                 results.append(golden.check_golden("greedy", r, opts, c, decode))
     if "gsm8k" in opts.gates:
-        repeats = [(r.build.label, r.gsm8k, r.gsm8k_repeat) for r in (base, pr) if r.gsm8k_repeat is not None]
-        for lab, r1, r2 in repeats:
+        twice = [(r.build.label, r.gsm8k, r.gsm8k_repeat) for r in (base, pr) if r.gsm8k_repeat is not None]
+        for lab, r1, r2 in twice:
             results.append(gsm8k.noise_row(lab, r1, r2))
         results.append(
             gsm8k.gsm8k_result(
-                (a, b), base.gsm8k, pr.gsm8k, repeats, data.gsm8k_divergences,
+                (a, b), base.gsm8k, pr.gsm8k, twice, data.gsm8k_divergences,
                 noise.gsm8k_tie_bound(data, {a: base.greedy.get(1, [])}, extra=max(m_r, m_p)),
                 detect=opts.gsm8k_detect, cap=gsm8k_cap(opts), promise=promise,
             )

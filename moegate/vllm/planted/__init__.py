@@ -28,6 +28,9 @@ variable: the bug belongs to the build), and a ``.pth`` line that imports it at 
 - ``naive-host-top1=F``: the top-1 router weight times ``F`` in the fused-MoE experts on calls in that
   region whose expert weights are host-resident (UVA): where the change under test acts (a GPU);
 - ``naive-top1=F``: the same on every placement (inside vLLM's fused-MoE op: graphs and compile see it);
+- ``swap-top1=LO-HI``: on router-gate calls of ``LO`` to ``HI`` tokens (``swap-top1=2-4``: decode steps of 2-4
+  sequences), the first two tokens exchange their top-1 experts, every placement and device: a bug of the batch's
+  composition (a batch of one never shows it);
 - ``reround=K`` (harmless): the Qwen3-MoE block's output times ``K`` and divided by ``K`` again in the
   model's dtype: the same mathematics, two more roundings (a power of two: bit-identical);
 - ``reround-attn=K`` (harmless): the same on the attention block's output.
@@ -68,7 +71,7 @@ FACTOR_KINDS = ("naive-scale", "naive-top1", "naive-host-top1", "reround", "rero
 """Kinds whose value is one factor, kept in the config as ``factor``."""
 KINDS = (
     "scale=F, weights=F, expert=SRC:DST, renorm=off, uva=noop|back, naive-scale=F, naive-top1=F, naive-host-top1=F,"
-    " reround=K or reround-attn=K"
+    " swap-top1=LO-HI, reround=K or reround-attn=K"
 )
 HARMLESS = ("reround", "reround-attn")
 """Kinds that change roundings only, not the mathematics: a harmless change, for the ``equivalent`` promise."""
@@ -105,6 +108,13 @@ def parse_bug(spec: str) -> dict[str, Any]:
         if not (colon and src.isdigit() and dst.isdigit() and int(src) != int(dst)):
             raise BuildError(f"--bug {spec!r}: expert needs two different expert ids SRC:DST, e.g. expert=0:1")
         return {"spec": spec, "kind": "expert", "src": int(src), "dst": int(dst)}
+    if kind == "swap-top1":
+        lo, dash, hi = value.partition("-")
+        if not (dash and lo.isdigit() and hi.isdigit() and 2 <= int(lo) <= int(hi)):
+            raise BuildError(
+                f"--bug {spec!r}: swap-top1 needs a token range LO-HI with 2 <= LO <= HI, e.g. swap-top1=2-4"
+            )
+        return {"spec": spec, "kind": "swap-top1", "lo": int(lo), "hi": int(hi)}
     if kind == "uva":
         if value not in ("noop", "back"):
             raise BuildError(f"--bug {spec!r}: the offload bugs are uva=noop and uva=back")

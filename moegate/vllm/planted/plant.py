@@ -34,6 +34,10 @@ the build then reports, as a dev build would: no numerics change):
 - ``naive-top1``: the same on every placement. Both act inside vLLM's fused-MoE custom op, which a compiled
   model calls as one opaque op and CUDA graphs capture per batch size, so the region is decided per call;
   ``naive-scale`` acts on the model's own forward, which ``torch.compile`` traces (an eager server, or a CPU);
+- ``swap-top1``: in the router gate (``GateLinear.forward``, whose logits every placement and device routes by), on
+  calls of ``lo`` to ``hi`` tokens (small-batch decode of 2-4 sequences), the first two tokens exchange their top-1
+  experts (each keeps its own top logit, moved to the other's expert): a bug of the batch's composition, which a
+  batch of one never shows and a step whose size varies from pass to pass shows in one and not the other;
 - ``reround`` (harmless, not a bug): the Qwen3-MoE block's output multiplied by ``factor`` and divided by it
   again, each in the model's dtype: the same mathematics with two more roundings, every element moved by at
   most about one unit in the last place, of either sign (a power of two is exact: bit-identical);
@@ -62,6 +66,7 @@ QWEN3_MOE = "vllm.model_executor.models.qwen3_moe"
 FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
 TRITON_MOE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
 TOPK_ROUTER = "vllm.model_executor.layers.fused_moe.router.fused_topk_router"
+GATE_LINEAR = "vllm.model_executor.layers.fused_moe.router.gate_linear"
 UVA_OFFLOADER = "vllm.model_executor.offloader.uva"
 LOADER_UTILS = "vllm.model_executor.model_loader.utils"
 UVA_MARKER = "_vllm_is_uva_offloaded"
@@ -252,6 +257,33 @@ def _naive_host_top1(module: Any) -> str:
     return f"fused_experts: top-1 weight x {factor} where {where}tokens*top_k*4 <= experts"
 
 
+def _swapped_top1(logits: Any) -> Any:
+    """Router logits with tokens 0 and 1's top-1 experts exchanged: in each of the two rows the entries at the two
+    tokens' top-1 experts trade places (no data-dependent branch: where both share their top-1, nothing moves)."""
+    out = logits.clone()
+    top = logits[:2].argmax(dim=-1)
+    for t in (0, 1):
+        out[t, top] = logits[t, top.flip(0)]
+    return out
+
+
+def _swap_top1(module: Any) -> str:
+    lo, hi = int(CONFIG["lo"]), int(CONFIG["hi"])
+    cls = module.GateLinear
+    original = cls.forward
+
+    def forward(self: Any, x: Any) -> Any:
+        out = original(self, x)
+        logits, rest = (out[0], out[1:]) if isinstance(out, tuple) else (out, None)
+        if lo <= x.shape[0] <= hi:
+            logits = _swapped_top1(logits)
+        return logits if rest is None else (logits, *rest)
+
+    setattr(forward, MARK, True)
+    cls.forward = forward
+    return f"GateLinear.forward: tokens 0 and 1 exchange their top-1 experts on calls of {lo}-{hi} tokens"
+
+
 def _rerounded(cls: Any, factor: float) -> str:
     original = cls.forward
 
@@ -284,6 +316,7 @@ PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
     "naive-scale": {QWEN3_MOE: _naive_scale},
     "naive-host-top1": {FUSED_MOE: _naive_host_top1, TRITON_MOE: _naive_host_top1},
     "naive-top1": {FUSED_MOE: _naive_host_top1, TRITON_MOE: _naive_host_top1},
+    "swap-top1": {GATE_LINEAR: _swap_top1},
     "reround": {QWEN3_MOE: _reround},
     "reround-attn": {QWEN3_MOE: _reround_attn},
 }

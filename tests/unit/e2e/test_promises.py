@@ -216,6 +216,7 @@ def test_judge_names_the_promise_in_every_rule_and_says_what_the_other_promise_w
     rows = judge(base, pr, opts, None, data, ref)
     assert [r.gate for r in rows] == [
         "scored (identical), base vs pr", "decode (identical), 1 in flight", "decode (identical), 4 in flight",
+        "repeat (identical), 4 in flight",
     ]  # fmt: skip
     assert not all(r.passed for r in rows)
     note = other_promise(base, pr, opts, data, ref)

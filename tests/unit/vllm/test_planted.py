@@ -240,8 +240,9 @@ def test_a_plant_whose_target_lacks_its_name_stops_the_import(tmp_path):
 
 @pytest.mark.parametrize(
     "spec",
-    ["scale", "scale=x", "scale=1", "scale=-2", "expert=1:1", "expert=a:b", "renorm=on", "k=1", "weights=0", "uva=off"],
-)
+    ["scale", "scale=x", "scale=1", "scale=-2", "expert=1:1", "expert=a:b", "renorm=on", "k=1", "weights=0", "uva=off",
+     "swap-top1=1-4", "swap-top1=4-2", "swap-top1=4"],
+)  # fmt: skip
 def test_a_bad_bug_is_one_line_and_exit_2_with_nothing_written(tmp_path, spec):
     dest = tmp_path / "b"
     proc = subprocess.run(
@@ -375,3 +376,31 @@ def test_a_relabelled_build_reports_the_dev_release_and_nothing_else_changes(tmp
     assert record["version"] == "0.32.1.dev1+g1111111" and record["bug"] is None
     with pytest.raises(BuildError, match="release label"):
         make_build(tmp_path / "c", sys.executable, version="0.33 dev")
+
+
+def test_a_planted_top1_swap_exchanges_two_tokens_experts_only_on_calls_of_two_to_four_tokens(tmp_path):
+    """``swap-top1=2-4``: the router gate's logits, on calls of 2-4 tokens, with tokens 0 and 1's top-1 experts
+    exchanged (each keeps its top logit, moved to the other's expert); a call of 1 or 5 tokens is untouched."""
+    pytest.importorskip("torch", reason="the gate returns a tensor, as in vLLM")
+    site = tmp_path / "site"
+    gate = "class GateLinear:\n    def forward(self, x):\n        return x.clone(), None\n"
+    _standin(site, "vllm.model_executor.layers.fused_moe.router.gate_linear", gate)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug="swap-top1=2-4")
+    code = (
+        "import torch\n"
+        "from vllm.model_executor.layers.fused_moe.router import gate_linear as g\n"
+        "rows = torch.tensor([[0.0, 3.0, 1.0, 2.0], [2.0, 0.0, 1.0, 4.0], [5.0, 0.0, 0.0, 0.0], [0.0, 0.0, 9.0, 0.0],\n"
+        "                     [1.0, 0.0, 0.0, 0.0]])\n"
+        "for n in (1, 2, 4, 5):\n"
+        "    out, bias = g.GateLinear().forward(rows[:n])\n"
+        "    print(n, out.argmax(-1).tolist(), out[:2].tolist() if n > 1 else out.tolist(), bias)"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "1 [1] [[0.0, 3.0, 1.0, 2.0]] None"  # one token: nothing to swap with
+    # 2 and 4 tokens: token 0's top logit (3.0 at expert 1) moves to token 1's top-1 expert (3), and back
+    swapped = "[[0.0, 2.0, 1.0, 3.0], [2.0, 4.0, 1.0, 0.0]] None"
+    assert lines[1] == f"2 [3, 1] {swapped}" and lines[2] == f"4 [3, 1, 0, 2] {swapped}", lines
+    assert lines[3] == "5 [1, 3, 0, 2, 0] [[0.0, 3.0, 1.0, 2.0], [2.0, 0.0, 1.0, 4.0]] None"  # 5 tokens: untouched
+    assert "exchange their top-1 experts on calls of 2-4 tokens" in proc.stderr
