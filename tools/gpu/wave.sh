@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Several device scripts side by side on the one GPU, each with a wall budget of its own:
 #
-#   bash tools/gpu/wave.sh NAME:BUDGET_S [NAME:BUDGET_S...]     # runs tools/gpu/NAME.sh $OUT/NAME, BUDGET_S set
+#   bash tools/gpu/wave.sh NAME:BUDGET_S [NAME:BUDGET_S...] [-- NAME:BUDGET_S...]...
+#
+# runs tools/gpu/NAME.sh $OUT/NAME with BUDGET_S set, the scripts of one phase side by side, the phases (split by
+# `--`) one after the other: a script that must have the GPU to itself (runner faults: a process of its own fills
+# the GPU's memory) goes in a phase of its own, or beside scripts that only compile.
 #
 # Meant to run under tools/gpu/background.sh (a wave outlives one call): each script writes into its own folder of
 # $OUT, its output into $OUT/NAME/script.log, and `timeout` stops it 30 s after its budget (a script is asked to stop
@@ -12,6 +16,7 @@ set -uo pipefail
 [ $# -gt 0 ] || { echo "wave.sh: usage: wave.sh NAME:BUDGET_S..." >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 for spec in "$@"; do
+  [ "$spec" = -- ] && continue
   name=${spec%%:*} budget=${spec#*:}
   [[ $name =~ ^[a-z0-9_-]+$ && $budget =~ ^[0-9]+$ && -f $here/$name.sh ]] ||
     { echo "wave.sh: '$spec' is not NAME:SECONDS with tools/gpu/NAME.sh present" >&2; exit 2; }
@@ -21,7 +26,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 poll=$!
 t0=$SECONDS
 pids=()
+phase() { for p in "${pids[@]}"; do wait "$p"; done; pids=(); echo "wave: phase ended at $((SECONDS - t0)) s" | tee -a "$OUT/wave.txt"; }
 for spec in "$@"; do
+  if [ "$spec" = -- ]; then phase; continue; fi
   name=${spec%%:*} budget=${spec#*:}
   mkdir -p "$OUT/$name"
   ( s=$SECONDS
@@ -29,7 +36,8 @@ for spec in "$@"; do
     echo "$name: exit $? after $((SECONDS - s)) s (budget $budget s)" | tee -a "$OUT/wave.txt" ) &
   pids+=($!)
 done
-for p in "${pids[@]}"; do wait "$p"; done
+phase
 kill "$poll" 2>/dev/null
 peak=$(sort -n "$OUT/gpu-mem.txt" | tail -1)
-echo "wave: $# scripts in $((SECONDS - t0)) s; GPU memory peak ${peak:-?} MiB (5-s poll)" | tee -a "$OUT/wave.txt"
+n=0; for s in "$@"; do [ "$s" = -- ] || n=$((n + 1)); done
+echo "wave: $n scripts in $((SECONDS - t0)) s; GPU memory peak ${peak:-?} MiB (5-s poll)" | tee -a "$OUT/wave.txt"
