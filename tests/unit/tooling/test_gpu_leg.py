@@ -15,7 +15,7 @@ from moegate.ab.__main__ import plan_of
 from moegate.cli.gate import parser as gate_parser
 from moegate.e2e.__main__ import _parser as e2e_parser
 from moegate.paths import SHARED_DIR
-from moegate.preflight import parser as preflight_parser
+from moegate.preflight.cli import parser as preflight_parser
 from tooling.ci import gpu_leg
 
 GSM8K = SHARED_DIR / "data" / "gsm8k"
