@@ -55,6 +55,7 @@ from pathlib import Path
 from moegate.core.faults import RUNNER_FAULT, Attempt, Outcome, classify
 from moegate.e2e.datasets import GSM8K_SHA256, DataError, gsm8k_dir, gsm8k_file
 from moegate.preflight.attempts import retry_once, run_watched
+from moegate.preflight.gpu_processes import gpu_processes
 from tooling.serving import server_args
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -257,6 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 RETRIED = ("e2e", "ab")
 """The legs whose failures this runner judges (moegate.core.faults) and retries once on a runner fault."""
+READ_GPU = gpu_processes
+"""The NVML question the runner-fault verdict asks (moegate.preflight.gpu_processes); the tests hand in a stand-in."""
+WAIT_S = 120.0
+"""Before the retry of a runner fault, at most this long for the other processes to leave the GPU."""
 
 
 def run_retried(name: str, cmd: list[str], env: dict[str, str]) -> int:
@@ -266,11 +271,12 @@ def run_retried(name: str, cmd: list[str], env: dict[str, str]) -> int:
     statuses: list[int] = []
 
     def attempt(number: int) -> Outcome:
-        ran = run_watched(cmd, cwd=ROOT, env=env)
+        ran = run_watched(cmd, cwd=ROOT, env=env, reader=READ_GPU)
         statuses.append(ran.status)
         return classify(Attempt(ran.status, (), ran.output, ran.others))
 
-    outcomes = retry_once(attempt, lambda line: print(f"gpu leg {name}: {line}", flush=True))
+    say = lambda line: print(f"gpu leg {name}: {line}", flush=True)
+    outcomes = retry_once(attempt, say, reader=READ_GPU, wait_s=WAIT_S)
     last = outcomes[-1]
     print(f"gpu leg {name}: {last}", flush=True)
     return last.exit_status if last.verdict == RUNNER_FAULT else statuses[-1]
