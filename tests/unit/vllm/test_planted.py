@@ -375,3 +375,27 @@ def test_a_relabelled_build_reports_the_dev_release_and_nothing_else_changes(tmp
     assert record["version"] == "0.32.1.dev1+g1111111" and record["bug"] is None
     with pytest.raises(BuildError, match="release label"):
         make_build(tmp_path / "c", sys.executable, version="0.33 dev")
+
+
+def test_a_planted_workspace_allocates_on_the_weights_device_on_every_call_and_fails_there_when_too_large(tmp_path):
+    """The build's own out-of-memory error: here on the CPU a workspace no host holds (a PiB) is refused by the
+    allocator, as a GPU's larger-than-its-memory one is by CUDA's."""
+    pytest.importorskip("torch", reason="the experts take tensors")
+    site = tmp_path / "site"
+    experts = "def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids):\n    return 'ran'\n"
+    _standin(site, "vllm.model_executor.layers.fused_moe.fused_moe", experts)
+    code = (
+        "import torch\n"
+        "from vllm.model_executor.layers.fused_moe import fused_moe as f\n"
+        "w = torch.zeros(8, 4, 4, dtype=torch.bfloat16)\n"
+        "print(f.fused_experts(None, w, w, None, None))\n"
+    )
+    small = make_build(tmp_path / "small", sys.executable, sites=[str(site)], bug="workspace=0.001")
+    proc = _run(small, code, tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ran", proc.stderr
+    assert "fused_experts: allocates 0.001 GiB of workspace a call" in proc.stderr
+    huge = make_build(tmp_path / "huge", sys.executable, sites=[str(site)], bug=f"workspace={2**20}")
+    proc = _run(huge, code, tmp_path)
+    assert proc.returncode != 0 and "RuntimeError" in proc.stderr and "ran" not in proc.stdout
+    with pytest.raises(BuildError, match="workspace must be a finite number of GiB > 0"):
+        parse_bug("workspace=0")
