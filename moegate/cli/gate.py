@@ -58,7 +58,7 @@ from moegate.core.faults import EXIT_STATUS, FAIL, PASS, RUNNER_FAULT, Attempt, 
 from moegate.core.junit import Failed, count, failed
 from moegate.paths import REPORTS_DIR, ROOT, is_checkout
 from moegate.preflight.attempts import DEFAULT_WAIT_S, retry_once, run_watched
-from moegate.preflight.gpu_processes import gpu_processes
+from moegate.preflight.gpu_processes import gpu_processes, unlisted_mib
 from moegate.vllm.probe import TEST_PACKAGES, probe
 from moegate.vllm.wheels import NotAVllmWheel, vllm_wheel
 
@@ -170,6 +170,8 @@ def _say(line: str) -> None:
 
 READ_GPU = gpu_processes
 """The NVML question the runner-fault verdict asks (``moegate.preflight.gpu_processes``); the tests hand in a stand-in."""
+READ_UNLISTED = unlisted_mib
+"""The GPU's memory no listed process holds, asked before each attempt (a container's NVML may list no other)."""
 
 
 def failed_or_none(junit: Path) -> list[Failed]:
@@ -186,7 +188,7 @@ def _tier_attempt(cmd: list[str], env: dict[str, str], junit: Path | None) -> Ca
     def attempt(number: int) -> Outcome:
         if junit is not None:
             junit.unlink(missing_ok=True)  # a report left by the attempt before is not this one's
-        ran = run_watched(cmd, cwd=ROOT, env=env, reader=READ_GPU)
+        ran = run_watched(cmd, cwd=ROOT, env=env, reader=READ_GPU, unlisted=READ_UNLISTED)
         named = failed_or_none(junit) if junit is not None and ran.status != 0 else []
         failures = tuple(Failure(f.nodeid, f.text or f.message) for f in named)
         return classify(Attempt(ran.status, failures, ran.output, ran.others))
@@ -196,7 +198,11 @@ def _tier_attempt(cmd: list[str], env: dict[str, str], junit: Path | None) -> Ca
 
 def _run_tier(name: str, cmd: list[str], env: dict[str, str], junit: Path | None, wait_s: float) -> TierRun:
     outcomes = retry_once(
-        _tier_attempt(cmd, env, junit), lambda line: _say(f"{name}: {line}"), reader=READ_GPU, wait_s=wait_s
+        _tier_attempt(cmd, env, junit),
+        lambda line: _say(f"{name}: {line}"),
+        reader=READ_GPU,
+        unlisted=READ_UNLISTED,
+        wait_s=wait_s,
     )
     return TierRun(name, outcomes, cmd)
 

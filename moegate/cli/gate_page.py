@@ -29,16 +29,20 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from moegate.core.case import MoECase
 from moegate.core.check import EXAMPLE_PREFIX, MARK, parse_mismatches
 from moegate.core.faults import Outcome
 from moegate.core.junit import Failed
+from moegate.core.spec import SPARSITY_FACTOR, experts_counted, in_naive_region
 
 MAX_CASES = 20
 MAX_MESSAGE_LINES = 40
 _E = r"^(?:E)?[ \t]*"  # pytest's report marks the exception's lines with "E"
 _KERNEL = re.compile(
-    _E + r"(?P<ep>legacy|modular) (?P<short>.*?) dtype=(?P<dtype>\S+) path=(?P<path>\S+): (?P<close>max \|out-ref\|=.*)$",
+    _E
+    + r"(?P<ep>legacy|modular) (?P<short>.*?) dtype=(?P<dtype>\S+) path=(?P<path>\S+): (?P<close>max \|out-ref\|=.*)$",
     re.MULTILINE,
 )
 _CASE = re.compile(_E + r"case: (\{.*\})\s*$", re.MULTILINE)
@@ -82,25 +86,26 @@ def _repro(python: str, case_json: str, entrypoint: str, kernels: bool) -> str:
     return shlex.join(cmd)
 
 
-def _repro_note(python: str) -> str:
-    return (
-        f"Reproduce it (from a moegate checkout; `{python}` is this run's build: with your vLLM checkout, the Python "
-        "of the venv it is installed in):"
-    )
+def _region(rec: dict[str, Any]) -> str:
+    """The naive region's bound for the case, as the rule counts it (``moegate.core.spec``)."""
+    try:
+        case = MoECase.from_dict(rec["case"])
+        ep = str(rec["entrypoint"])
+        counted, inside = experts_counted(case, ep), in_naive_region(case, ep)
+    except (KeyError, TypeError, ValueError):
+        return ""
+    pairs = case.pairs * SPARSITY_FACTOR
+    return f"; tokens x ids per token x {SPARSITY_FACTOR} = {pairs} {'<=' if inside else '>'} {counted} experts counted"
 
 
-def _dispatch_case(rec: dict[str, object], python: str) -> list[str]:
+def _dispatch_case(rec: dict[str, Any], python: str) -> list[str]:
     case = json.dumps(rec["case"], sort_keys=True, separators=(",", ":"))
     ep = str(rec["entrypoint"])
+    where = f"placement {rec['placement']}, {rec['tokens']} token(s), top_k {rec['top_k']}, {rec['experts']} experts"
     return [
         f"- **spec requires:** {rec['expected']} ({rec['reason']})",
         f"- **ran:** the {ep} entrypoint took **{rec['observed']}**",
-        (
-            f"- **case:** placement {rec['placement']}, {rec['tokens']} token(s), top_k {rec['top_k']}, "
-            f"{rec['experts']} experts"
-        ),
-        "",
-        _repro_note(python),
+        f"- **case:** {where}{_region(rec)}",
         "",
         "```sh",
         _repro(python, case, ep, kernels=False),
@@ -125,8 +130,6 @@ def _kernel_case(text: str, python: str) -> list[str] | None:
         lines.append(f"- **at the worst element:** {worst.group(1)}")
     lines += [
         f"- **case:** `{case.group(1)}`",
-        "",
-        _repro_note(python),
         "",
         "```sh",
         _repro(python, case.group(1), ran["ep"], kernels=True),
@@ -199,7 +202,15 @@ def render(g: Gate, dev: bool) -> str:
     if commands:
         lines += ["What ran:", "", "```sh", *(shlex.join(r.command) for r in commands), "```", ""]
     if g.failed:
-        lines += [f"## Failing tests ({len(g.failed)})", ""]
+        lines += [
+            f"## Failing tests ({len(g.failed)})",
+            "",
+            (
+                f"Each command reproduces its case from a moegate checkout. `{g.python}` is this run's build; with a"
+                " vLLM checkout, run it with the Python of the venv the checkout is installed in (`pip install -e .`)."
+            ),
+            "",
+        ]
         for i, failed in enumerate(g.failed[:MAX_CASES], 1):
             lines += case_block(i, failed, g.python, dev)
         if len(g.failed) > MAX_CASES:

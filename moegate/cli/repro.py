@@ -30,6 +30,7 @@ def _kernels(case: MoECase, entrypoints: list[str]) -> int:
     from moegate.kernels.check import run_checked  # imports torch at its top
     from moegate.kernels.inputs import WeightBank  # imports torch at its top
     from moegate.vllm.target import VllmTarget  # imports torch at its top
+
     try:
         target = VllmTarget(finish=True, weights=WeightBank)
     except TargetError as exc:

@@ -112,10 +112,15 @@ _UNITS = {"B": 1 / 2**20, "KiB": 1 / 2**10, "MiB": 1.0, "GiB": 2.0**10, "TiB": 2
 
 @dataclass(frozen=True)
 class GpuProcess:
-    """A process holding memory on the GPU, as NVML lists it."""
+    """A process holding memory on the GPU, as NVML lists it; pid 0: memory in use before the attempt started that
+    NVML lists under no process (another container's, ``moegate.preflight.gpu_processes``)."""
 
     pid: int
     used_mib: float
+
+    def __str__(self) -> str:
+        held = f"{self.used_mib / 1024:.1f} GiB"
+        return f"pid {self.pid} {held}" if self.pid else f"{held} under no listed process, held before it started"
 
 
 @dataclass(frozen=True)
@@ -201,10 +206,13 @@ def lost_runner(a: Attempt) -> Outcome | None:
 
 
 def not_out_of_memory(a: Attempt) -> Outcome | None:
-    for f in a.failures or (Failure("", a.output),):
-        if not OUT_OF_MEMORY.search(f.text):
-            return Outcome(FAIL, f"{f.name} failed" if f.name else f"exit {a.status}, no failing test named")
-    return None
+    plain = [f for f in a.failures or (Failure("", a.output),) if not OUT_OF_MEMORY.search(f.text)]
+    if not plain:
+        return None
+    if not plain[0].name:
+        return Outcome(FAIL, f"exit {a.status}, no failing test named")
+    more = f" and {len(plain) - 1} more" if len(plain) > 1 else ""
+    return Outcome(FAIL, f"{plain[0].name} failed{more}")
 
 
 def _oom_line(a: Attempt) -> str:
@@ -246,7 +254,7 @@ def oom_too_large_anyway(a: Attempt) -> Outcome | None:
 
 def oom_beside_others(a: Attempt) -> Outcome | None:
     others = a.others or ()
-    shown = ", ".join(f"pid {p.pid} {_gib(p.used_mib)}" for p in others[:6]) + (" ..." if len(others) > 6 else "")
+    shown = ", ".join(map(str, others[:6])) + (" ..." if len(others) > 6 else "")
     held = sum(p.used_mib for p in others)
     return Outcome(
         RUNNER_FAULT,

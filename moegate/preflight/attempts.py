@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import TextIO
 
 from moegate.core.faults import RUNNER_FAULT, GpuProcess, Outcome
-from moegate.preflight.gpu_processes import TOKEN_VARIABLE, Reader, Watch, gpu_processes, is_own
+from moegate.preflight.gpu_processes import (
+    DRIVER_RESERVE_MIB,
+    TOKEN_VARIABLE,
+    Reader,
+    Unlisted,
+    Watch,
+    gpu_processes,
+    is_own,
+)
 
 KEEP_CHARS = 4_000_000
 """The output kept for the verdict: the end of it, where a failing run says why (a pytest run of the kernel tier
@@ -47,16 +55,18 @@ def run_watched(
     cwd: Path,
     env: Mapping[str, str],
     reader: Reader = gpu_processes,
+    unlisted: Unlisted | None = None,
     interval_s: float = 2.0,
     echo: TextIO | None = None,
 ) -> Ran:
-    """Run ``cmd``, its output (stdout and stderr, in order) passed to ``echo`` (stdout) line by line and kept."""
+    """Run ``cmd``, its output (stdout and stderr, in order) passed to ``echo`` (stdout) line by line and kept;
+    ``unlisted`` (``gpu_processes.unlisted_mib``): the GPU's memory no listed process holds, asked before it starts."""
     token = uuid.uuid4().hex
     echo = echo or sys.stdout
     kept: deque[str] = deque()
     size = 0
     start = time.monotonic()
-    with Watch(token, reader, interval_s) as watch, subprocess.Popen(
+    with Watch(token, reader, interval_s, unlisted) as watch, subprocess.Popen(
         list(cmd), cwd=cwd, env={**env, TOKEN_VARIABLE: token}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, errors="replace", bufsize=1,
     ) as proc:  # fmt: skip
@@ -73,14 +83,20 @@ def run_watched(
 
 
 def wait_for_others(
-    reader: Reader = gpu_processes, wait_s: float = DEFAULT_WAIT_S, poll_s: float = 2.0
+    reader: Reader = gpu_processes,
+    wait_s: float = DEFAULT_WAIT_S,
+    poll_s: float = 2.0,
+    unlisted: Unlisted | None = None,
 ) -> tuple[GpuProcess, ...]:
-    """Until no process other than this one's (and its children's) holds memory on the GPU, at most ``wait_s``;
-    the others still there at the end (empty: the GPU is free, or NVML does not answer)."""
+    """Until no process other than this one's (and its children's) holds memory on the GPU, nor memory beyond the
+    driver's reserve is held under no listed process (``unlisted``), at most ``wait_s``; the others still there at the
+    end (empty: the GPU is free, or NVML does not answer)."""
     end = time.monotonic() + wait_s
     while True:
-        found = reader()
-        others = tuple(p for p in found or () if not is_own(p.pid, None))
+        others = tuple(p for p in reader() or () if not is_own(p.pid, None))
+        hidden = unlisted() if unlisted is not None else None
+        if hidden is not None and hidden > DRIVER_RESERVE_MIB:
+            others += (GpuProcess(0, hidden - DRIVER_RESERVE_MIB),)
         if not others or time.monotonic() >= end:
             return others
         time.sleep(poll_s)
@@ -92,12 +108,13 @@ def retry_once(
     *,
     reader: Reader = gpu_processes,
     wait_s: float = DEFAULT_WAIT_S,
+    unlisted: Unlisted | None = None,
 ) -> list[Outcome]:
     """``attempt(1)``, and ``attempt(2)`` where it was a runner fault: every attempt's outcome, the last the verdict."""
     outcomes = [attempt(1)]
     if outcomes[0].verdict == RUNNER_FAULT:
         say(f"runner fault: {outcomes[0].cause}")
-        left = wait_for_others(reader, wait_s)
+        left = wait_for_others(reader, wait_s, unlisted=unlisted)
         held = f"{len(left)} other process(es) still on the GPU after {wait_s:g} s" if left else "the GPU is free"
         say(f"retrying once ({held})")
         outcomes.append(attempt(2))

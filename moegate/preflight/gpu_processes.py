@@ -14,6 +14,12 @@ list pids from outside its namespace), which is then counted as another's.
 ``Watch`` asks every ``interval_s`` seconds during the attempt, in a thread, and keeps each other process with
 the most memory it was seen holding: an out-of-memory error at one moment and a neighbour gone by the time the
 tier exits would otherwise look like a GPU that was the build's alone.
+
+NVML in a container may list no process at all (its pid namespace hides the others), while the device's used memory
+still counts them. So before the attempt starts, ``unlisted_mib`` asks how much of the GPU's memory is in use beyond
+what the listed processes hold: the attempt has not started, so none of it is the attempt's, and above
+``DRIVER_RESERVE_MIB`` (what the driver itself keeps) it is another's, shown as ``GpuProcess(0, ...)``. Memory a
+hidden neighbour takes *during* the attempt cannot be told from the attempt's own, and is not claimed.
 """
 
 from __future__ import annotations
@@ -30,7 +36,11 @@ from typing import Self
 from moegate.core.faults import GpuProcess
 
 TOKEN_VARIABLE = "MOEGATE_ATTEMPT"
+DRIVER_RESERVE_MIB = 1024.0
+"""Used memory an idle GPU reports with no process on it: the driver's own reserve (about 0.5 GiB on an H100 with a
+recent driver), rounded up."""
 Reader = Callable[[], list[GpuProcess] | None]
+Unlisted = Callable[[], float | None]
 
 
 def _visible(environ: Mapping[str, str]) -> list[str] | None:
@@ -118,6 +128,54 @@ def gpu_processes(environ: Mapping[str, str] = os.environ) -> list[GpuProcess] |
     return found if found is not None else _smi(visible)
 
 
+def _device_used_mib(visible: list[str] | None) -> float | None:
+    try:
+        import pynvml  # nvidia-ml-py: vLLM's dependency, optional here
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no binding or no driver: nvidia-smi answers
+        return _smi_used_mib(visible)
+    try:
+        used = 0.0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+            if visible is None or str(i) in visible or uuid in visible:
+                used += pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
+        return used
+    except Exception:  # noqa: BLE001 - an NVML error mid-query: no answer
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _smi_used_mib(visible: list[str] | None) -> float | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run(
+            [smi, "--query-gpu=index,uuid,memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        rows = [[p.strip() for p in line.split(",")] for line in done.stdout.strip().splitlines()]
+        return sum(float(r[2]) for r in rows if visible is None or r[0] in visible or r[1] in visible)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def unlisted_mib(environ: Mapping[str, str] = os.environ) -> float | None:
+    """The GPUs' used memory beyond what NVML's listed processes hold (MiB), or None where neither NVML nor
+    nvidia-smi answers: memory held by processes NVML does not list (another container's), plus the driver's own."""
+    visible = _visible(environ)
+    used = _device_used_mib(visible)
+    listed = gpu_processes(environ)
+    if used is None or listed is None:
+        return None
+    return max(0.0, used - sum(p.used_mib for p in listed))
+
+
 def _environ_has(pid: int, entry: bytes, proc: Path) -> bool | None:
     try:
         return entry in (proc / str(pid) / "environ").read_bytes().split(b"\0")
@@ -150,8 +208,10 @@ def is_own(pid: int, token: str | None, *, ancestor: int | None = None, proc: Pa
 class Watch:
     """The other processes on the GPU while a tier runs: ``with Watch(token) as w: ...``, then ``w.others()``."""
 
-    def __init__(self, token: str, reader: Reader = gpu_processes, interval_s: float = 2.0) -> None:
-        self.token, self.reader, self.interval_s = token, reader, interval_s
+    def __init__(
+        self, token: str, reader: Reader = gpu_processes, interval_s: float = 2.0, unlisted: Unlisted | None = None
+    ) -> None:
+        self.token, self.reader, self.interval_s, self.unlisted = token, reader, interval_s, unlisted
         self.answered = False
         self._seen: dict[int, float] = {}
         self._stop = threading.Event()
@@ -173,6 +233,10 @@ class Watch:
                 return
 
     def __enter__(self) -> Self:
+        before = self.unlisted() if self.unlisted is not None else None  # the attempt has not started: not its own
+        if before is not None and before > DRIVER_RESERVE_MIB:
+            self.answered = True
+            self._seen[0] = before - DRIVER_RESERVE_MIB
         self._thread.start()
         return self
 

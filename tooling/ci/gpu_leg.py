@@ -55,7 +55,7 @@ from pathlib import Path
 from moegate.core.faults import RUNNER_FAULT, Attempt, Outcome, classify
 from moegate.e2e.datasets import GSM8K_SHA256, DataError, gsm8k_dir, gsm8k_file
 from moegate.preflight.attempts import retry_once, run_watched
-from moegate.preflight.gpu_processes import gpu_processes
+from moegate.preflight.gpu_processes import gpu_processes, unlisted_mib
 from tooling.serving import server_args
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -260,6 +260,8 @@ RETRIED = ("e2e", "ab")
 """The legs whose failures this runner judges (moegate.core.faults) and retries once on a runner fault."""
 READ_GPU = gpu_processes
 """The NVML question the runner-fault verdict asks (moegate.preflight.gpu_processes); the tests hand in a stand-in."""
+READ_UNLISTED = unlisted_mib
+"""The GPU's memory no listed process holds, asked before each attempt (a container's NVML may list no other)."""
 WAIT_S = 120.0
 """Before the retry of a runner fault, at most this long for the other processes to leave the GPU."""
 
@@ -271,12 +273,12 @@ def run_retried(name: str, cmd: list[str], env: dict[str, str]) -> int:
     statuses: list[int] = []
 
     def attempt(number: int) -> Outcome:
-        ran = run_watched(cmd, cwd=ROOT, env=env, reader=READ_GPU)
+        ran = run_watched(cmd, cwd=ROOT, env=env, reader=READ_GPU, unlisted=READ_UNLISTED)
         statuses.append(ran.status)
         return classify(Attempt(ran.status, (), ran.output, ran.others))
 
     say = lambda line: print(f"gpu leg {name}: {line}", flush=True)
-    outcomes = retry_once(attempt, say, reader=READ_GPU, wait_s=WAIT_S)
+    outcomes = retry_once(attempt, say, reader=READ_GPU, unlisted=READ_UNLISTED, wait_s=WAIT_S)
     last = outcomes[-1]
     print(f"gpu leg {name}: {last}", flush=True)
     return last.exit_status if last.verdict == RUNNER_FAULT else statuses[-1]

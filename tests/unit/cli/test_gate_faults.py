@@ -82,6 +82,7 @@ def nvml(monkeypatch):
     """The stand-in NVML: ``held`` lists (pid, MiB) of other processes; each is shown while it lives."""
     held: list[tuple[int, float]] = []
     monkeypatch.setattr(gate, "READ_GPU", lambda: [GpuProcess(p, m) for p, m in held if _alive(p)])
+    monkeypatch.setattr(gate, "READ_UNLISTED", lambda: None)  # NVML lists every process here
     monkeypatch.delenv("MOEGATE_DEV", raising=False)
     return held
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from moegate.core.faults import FAIL, PASS, RUNNER_FAULT, Attempt, GpuProcess, Outcome, classify
 from moegate.preflight.attempts import retry_once, run_watched
-from moegate.preflight.gpu_processes import is_own, parse_compute_apps
+from moegate.preflight.gpu_processes import gpu_processes, is_own, parse_compute_apps, unlisted_mib
 from tests.support.faults import BUG, OOM_HUGE, OOM_TRACEBACK, neighbour
 
 MARKER = "moegate-fake-tier"
@@ -152,6 +152,42 @@ def test_the_retry_waits_for_the_neighbour_to_leave_and_says_when_it_did_not(tmp
     with neighbour() as hog:
         retry_once(lambda n: next(answers), said.append, reader=lambda: [GpuProcess(hog, 1024.0)], wait_s=0.3)
     assert said[1] == "retrying once (1 other process(es) still on the GPU after 0.3 s)"
+
+
+def test_memory_held_before_the_tier_under_no_listed_process_is_anothers(tmp_path):
+    """A container's NVML may list no process of another container, while the device's used memory counts it: what
+    was in use before the attempt started, beyond the driver's 1-GiB reserve, is another's."""
+    for before, verdict in ((30 * 1024.0, RUNNER_FAULT), (600.0, FAIL)):
+        ran = run_watched(
+            _tier(tmp_path, OOM_CHILD), cwd=tmp_path, env=dict(os.environ), reader=list, unlisted=lambda b=before: b,
+            interval_s=0.1, echo=io.StringIO(),
+        )  # fmt: skip
+        outcome = classify(Attempt(ran.status, (), ran.output, ran.others))
+        assert outcome.verdict == verdict
+    assert outcome.cause.startswith("out of memory with the GPU to itself")
+    ran = run_watched(_tier(tmp_path, OOM_CHILD), cwd=tmp_path, env=dict(os.environ), reader=list,
+                      unlisted=lambda: 30 * 1024.0, interval_s=0.1, echo=io.StringIO())  # fmt: skip
+    said = classify(Attempt(ran.status, (), ran.output, ran.others)).cause
+    assert said.startswith("out of memory while 1 other process(es) held 29.0 GiB of its GPU (29.0 GiB under no listed")
+
+
+def test_the_gpus_unlisted_memory_is_read_from_nvidia_smi_where_nvml_has_no_binding(tmp_path, monkeypatch):
+    """A stand-in nvidia-smi on PATH answering as the real one does: 30 GiB used on GPU 0, 8 GiB of it listed."""
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(
+        '#!/bin/sh\ncase "$1" in\n'
+        "  --query-compute-apps=*) echo '4711, 8192, GPU-aaaa' ;;\n"
+        "  --query-gpu=index,uuid,memory.used) echo '0, GPU-aaaa, 30720'; echo '1, GPU-bbbb, 512' ;;\n"
+        "  --query-gpu=uuid) echo 'GPU-aaaa'; echo 'GPU-bbbb' ;;\n"
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no binding: nvidia-smi answers
+    assert unlisted_mib({"CUDA_VISIBLE_DEVICES": "0"}) == 30720 - 8192
+    assert unlisted_mib({}) == 30720 + 512 - 8192
+    assert gpu_processes({"CUDA_VISIBLE_DEVICES": "1"}) == []
 
 
 def test_whose_process_is_whose_by_token_and_by_descent():

@@ -167,6 +167,7 @@ def test_an_ab_leg_whose_server_died_of_oom_beside_another_process_is_retried_an
     from tests.support.faults import OOM, neighbour
 
     died = f"moegate.ab: server of build pr died (exit 1); server log ...\nlast lines:\n{OOM}"
+    monkeypatch.setattr(gpu_leg, "READ_UNLISTED", lambda: None)
     with neighbour() as hog:
         monkeypatch.setattr(gpu_leg, "READ_GPU", lambda: [GpuProcess(hog, 70 * 1024.0)])
         monkeypatch.setattr(gpu_leg, "WAIT_S", 0.2)
