@@ -19,7 +19,7 @@ leg passes is here, and only here:
   (its JSON goes to the A/B) and the pinned host memory the leg's tiers will load (``--model`` for the models the leg
   serves, ``KERNEL_PINNED_GIB`` for a kernels leg), with ``RUN_DISK_GIB`` left for the runs.
 - **kernels** (``moegate gate --tiers dispatch,kernels[,sweep]``): the PR build; at least ``--min-kernel-tests``
-  kernel tests executed.
+  kernel tests executed; its page ``REPORTS/gate.md`` (first line ``# moegate gate: kernels leg: VERDICT``).
 - **e2e** (``moegate e2e run``): both gates on one model, the GPU flags of ``tooling/serving.py`` (experts
   UVA-offloaded), GSM8K's 250 questions once a build (``E2E_OPTIONS``: the configuration the H200 measured at
   408-455 s a pair, ``results/e2e-h200-scored.md``), judged by the promise the PR makes (``--promise``, the
@@ -155,7 +155,8 @@ def kernels_command(opts: argparse.Namespace, builds: dict[str, object]) -> list
         f"--tiers={tiers}",
         f"--label={builds.get('pr_label', 'pr')}",
     ]
-    cmd += [f"--junit={opts.reports / 'gate.xml'}", f"--min-kernel-tests={opts.min_kernel_tests}"]
+    cmd += [f"--junit={opts.reports / 'gate.xml'}", f"--page={opts.reports / 'gate.md'}"]
+    cmd += [f"--min-kernel-tests={opts.min_kernel_tests}"]
     if opts.sweep_cases:
         cmd += [f"--sweep-cases={opts.sweep_cases}", f"--sweep-json={opts.reports / 'kernel-sweep.json'}"]
     return cmd

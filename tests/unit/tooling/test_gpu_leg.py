@@ -48,6 +48,7 @@ def test_the_kernels_leg_is_moegate_gate_with_the_floor_and_the_sweep(tmp_path, 
     opts = gate_parser().parse_args(cmd[4:])
     assert opts.vllm_python == "/b/pr/bin/python" and opts.tiers == "dispatch,kernels,sweep"
     assert opts.min_kernel_tests == 40 and opts.sweep_cases == 5000 and opts.junit == tmp_path / "r" / "gate.xml"
+    assert opts.page == tmp_path / "r" / "gate.md"  # beside the JUnit report: the verdict job reads its first line
     no_sweep = _command(tmp_path, "kernels", capsys=capsys)
     assert gate_parser().parse_args(no_sweep[4:]).tiers == "dispatch,kernels"
 
