@@ -11,8 +11,12 @@ a pass. ``moegate gate`` runs its tiers so, and ``tooling/ci/gpu_leg.py`` the le
 
 from __future__ import annotations
 
+import codecs
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import deque
@@ -49,6 +53,24 @@ class Ran:
     seconds: float
 
 
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """The tier and everything it started (its session), asked to stop, then killed."""
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_watched(
     cmd: Sequence[str],
     *,
@@ -59,26 +81,41 @@ def run_watched(
     interval_s: float = 2.0,
     echo: TextIO | None = None,
 ) -> Ran:
-    """Run ``cmd``, its output (stdout and stderr, in order) passed to ``echo`` (stdout) line by line and kept;
-    ``unlisted`` (``gpu_processes.unlisted_mib``): the GPU's memory no listed process holds, asked before it starts."""
+    """Run ``cmd``, its output (stdout and stderr, in order) passed to ``echo`` (stdout) as it comes and kept;
+    ``unlisted`` (``gpu_processes.unlisted_mib``): the GPU's memory no listed process holds, asked before it starts.
+
+    The tier runs in a session of its own; stopped here (Ctrl-C, or SIGTERM from a runner's timeout), this stops
+    it and everything it started, so no tier is left holding the GPU."""
     token = uuid.uuid4().hex
     echo = echo or sys.stdout
     kept: deque[str] = deque()
     size = 0
     start = time.monotonic()
-    with Watch(token, reader, interval_s, unlisted) as watch, subprocess.Popen(
-        list(cmd), cwd=cwd, env={**env, TOKEN_VARIABLE: token}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, errors="replace", bufsize=1,
-    ) as proc:  # fmt: skip
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            echo.write(line)
-            echo.flush()
-            kept.append(line)
-            size += len(line)
-            while size > KEEP_CHARS and len(kept) > 1:
-                size -= len(kept.popleft())
-        status = proc.wait()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    try:
+        with Watch(token, reader, interval_s, unlisted) as watch, subprocess.Popen(
+            list(cmd), cwd=cwd, env={**env, TOKEN_VARIABLE: token}, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        ) as proc:  # fmt: skip
+            assert proc.stdout is not None
+            try:
+                while chunk := os.read(proc.stdout.fileno(), 1 << 16):  # as it comes: pytest's dots have no newline
+                    text = decoder.decode(chunk)
+                    echo.write(text)
+                    echo.flush()
+                    kept.append(text)
+                    size += len(text)
+                    while size > KEEP_CHARS and len(kept) > 1:
+                        size -= len(kept.popleft())
+                status = proc.wait()
+            except BaseException:
+                _stop_group(proc)
+                raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
     return Ran(status, "".join(kept), watch.others(), time.monotonic() - start)
 
 

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from moegate.core.faults import FAIL, PASS, RUNNER_FAULT, Attempt, GpuProcess, Outcome, classify
 from moegate.preflight.attempts import retry_once, run_watched
 from moegate.preflight.gpu_processes import gpu_processes, is_own, parse_compute_apps, unlisted_mib
+from tests.support import ROOT
 from tests.support.faults import BUG, OOM_HUGE, OOM_TRACEBACK, neighbour
 
 MARKER = "moegate-fake-tier"
@@ -188,6 +191,33 @@ def test_the_gpus_unlisted_memory_is_read_from_nvidia_smi_where_nvml_has_no_bind
     assert unlisted_mib({"CUDA_VISIBLE_DEVICES": "0"}) == 30720 - 8192
     assert unlisted_mib({}) == 30720 + 512 - 8192
     assert gpu_processes({"CUDA_VISIBLE_DEVICES": "1"}) == []
+
+
+def test_a_gate_stopped_by_sigterm_stops_its_tier_and_everything_the_tier_started(tmp_path):
+    """A runner's timeout sends SIGTERM to the gate: the tier (a session of its own) and its children go with it,
+    so none is left holding the GPU. Here the gate is a real process running ``run_watched``."""
+    tier = tmp_path / "tier.py"
+    tier.write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    runner = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from moegate.preflight.attempts import run_watched\n"
+        f"run_watched([sys.executable, {str(tier)!r}], cwd=Path('.'), env=dict(os.environ), reader=list)\n"
+    )
+    gate_proc = subprocess.Popen([sys.executable, "-c", runner], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert gate_proc.stdout is not None
+    child = int(gate_proc.stdout.readline())
+    os.kill(child, 0)  # running
+    gate_proc.terminate()
+    assert gate_proc.wait(30) == 128 + signal.SIGTERM
+    time.sleep(0.2)
+    stat = Path(f"/proc/{child}/stat")
+    assert not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z"
 
 
 def test_whose_process_is_whose_by_token_and_by_descent():
