@@ -7,9 +7,9 @@ see count: those ``CUDA_VISIBLE_DEVICES`` names (indices or ``GPU-`` UUIDs), els
 
 A process is the tier's own when its environment carries the attempt's token (``MOEGATE_ATTEMPT``, set in the
 tier's environment and inherited by everything it starts: pytest, vLLM's engine cores, the e2e servers, also those
-in a session of their own), or when it descends from this process. Another job's process is neither; so is one
-whose ``/proc`` entry this process cannot read (another user's, another container's: NVML in a container may
-list pids from outside its namespace), which is then counted as another's.
+in a session of their own), or when it descends from this process. Another job's process is neither. NVML in a
+container lists host pids, which ``/proc`` there does not show, the attempt's own among them: such a pid counts as
+another's only when it was listed before the attempt started; one that appears during the attempt is not claimed.
 
 ``Watch`` asks every ``interval_s`` seconds during the attempt, in a thread, and keeps each other process with
 the most memory it was seen holding: an out-of-memory error at one moment and a neighbour gone by the time the
@@ -209,13 +209,27 @@ class Watch:
     """The other processes on the GPU while a tier runs: ``with Watch(token) as w: ...``, then ``w.others()``."""
 
     def __init__(
-        self, token: str, reader: Reader = gpu_processes, interval_s: float = 2.0, unlisted: Unlisted | None = None
+        self,
+        token: str,
+        reader: Reader = gpu_processes,
+        interval_s: float = 2.0,
+        unlisted: Unlisted | None = None,
+        proc: Path = Path("/proc"),
     ) -> None:
-        self.token, self.reader, self.interval_s, self.unlisted = token, reader, interval_s, unlisted
+        self.token, self.reader, self.interval_s, self.unlisted, self.proc = token, reader, interval_s, unlisted, proc
         self.answered = False
+        self._before: set[int] = set()
         self._seen: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="moegate-gpu-watch", daemon=True)
+
+    def _other(self, pid: int) -> bool:
+        """Listed before the attempt started, or a process this one can see that is not the attempt's own. A pid
+        that appears during the attempt and that ``/proc`` does not show is not claimed: NVML in a container lists
+        host pids, the attempt's own among them."""
+        if pid in self._before:
+            return True
+        return (self.proc / str(pid)).exists() and not is_own(pid, self.token, proc=self.proc)
 
     def sample(self) -> None:
         found = self.reader()
@@ -223,7 +237,7 @@ class Watch:
             return
         self.answered = True
         for p in found:
-            if not is_own(p.pid, self.token):
+            if self._other(p.pid):
                 self._seen[p.pid] = max(self._seen.get(p.pid, 0.0), p.used_mib)
 
     def _run(self) -> None:
@@ -233,10 +247,13 @@ class Watch:
                 return
 
     def __enter__(self) -> Self:
-        before = self.unlisted() if self.unlisted is not None else None  # the attempt has not started: not its own
-        if before is not None and before > DRIVER_RESERVE_MIB:
+        # the attempt has not started: what holds memory now is not its own (this process aside, and its children)
+        listed = self.reader()
+        self._before = {p.pid for p in listed or () if not is_own(p.pid, None, proc=self.proc)}
+        hidden = self.unlisted() if self.unlisted is not None else None
+        if hidden is not None and hidden > DRIVER_RESERVE_MIB:
             self.answered = True
-            self._seen[0] = before - DRIVER_RESERVE_MIB
+            self._seen[0] = hidden - DRIVER_RESERVE_MIB
         self._thread.start()
         return self
 

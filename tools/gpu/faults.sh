@@ -91,11 +91,11 @@ expect() {  # CASE STATUS WORDS: did the case read as it must?
 }
 
 # 1. the planted bug (warms the Triton cache for the runs after it); its GPU memory sampled
+mkdir -p "$RD/bug"
 if [ "$TIERS" = kernels ]; then
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 >"$RD/bug/memory.csv" 2>/dev/null &
   sampler=$!
 fi
-mkdir -p "$RD/bug"
 gate bug "0.33.0 + $BUG" bug
 expect bug 1 "FAIL: the planted bug"
 if [ -n "${sampler:-}" ]; then

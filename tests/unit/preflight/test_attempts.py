@@ -5,6 +5,7 @@ that is real here: the run, the output kept, whose process is whose, the verdict
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import signal
@@ -12,11 +13,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from moegate.core.faults import FAIL, PASS, RUNNER_FAULT, Attempt, GpuProcess, Outcome, classify
 from moegate.preflight.attempts import retry_once, run_watched
-from moegate.preflight.gpu_processes import gpu_processes, is_own, parse_compute_apps, unlisted_mib
+from moegate.preflight.gpu_processes import Watch, gpu_processes, is_own, parse_compute_apps, unlisted_mib
 from tests.support import ROOT
 from tests.support.faults import BUG, OOM_HUGE, OOM_TRACEBACK, neighbour
 
@@ -162,8 +164,8 @@ def test_memory_held_before_the_tier_under_no_listed_process_is_anothers(tmp_pat
     was in use before the attempt started, beyond the driver's 1-GiB reserve, is another's."""
     for before, verdict in ((30 * 1024.0, RUNNER_FAULT), (600.0, FAIL)):
         ran = run_watched(
-            _tier(tmp_path, OOM_CHILD), cwd=tmp_path, env=dict(os.environ), reader=list, unlisted=lambda b=before: b,
-            interval_s=0.1, echo=io.StringIO(),
+            _tier(tmp_path, OOM_CHILD), cwd=tmp_path, env=dict(os.environ), reader=list,
+            unlisted=functools.partial(float, before), interval_s=0.1, echo=io.StringIO(),
         )  # fmt: skip
         outcome = classify(Attempt(ran.status, (), ran.output, ran.others))
         assert outcome.verdict == verdict
@@ -218,6 +220,21 @@ def test_a_gate_stopped_by_sigterm_stops_its_tier_and_everything_the_tier_starte
     time.sleep(0.2)
     stat = Path(f"/proc/{child}/stat")
     assert not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z"
+
+
+def test_a_pid_proc_does_not_show_is_anothers_only_if_it_held_memory_before_the_attempt_started():
+    """NVML in a container lists host pids: one that appears during the attempt may be the attempt's own (its engine,
+    under its host pid) and is not claimed; one listed before the attempt started cannot be its own."""
+    hidden = 2**22 + 11  # no such process in this namespace
+    first: Iterator[list[GpuProcess]] = iter(
+        [[]]
+    )  # the first question (before the attempt starts) lists nothing; every later one lists it
+    with Watch("t", reader=lambda: next(first, [GpuProcess(hidden, 9000.0)]), interval_s=0.05) as late:
+        time.sleep(0.3)
+    assert late.others() == ()
+    with Watch("t", reader=lambda: [GpuProcess(hidden, 9000.0)], interval_s=0.05) as early:
+        time.sleep(0.2)
+    assert early.others() == (GpuProcess(hidden, 9000.0),)
 
 
 def test_whose_process_is_whose_by_token_and_by_descent():
