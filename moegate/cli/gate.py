@@ -301,8 +301,10 @@ def kernel_floor(junit: Path, minimum: int) -> tuple[str, bool, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     own, pytest_args = split_pytest_args(sys.argv[1:] if argv is None else argv)
     opts = parser().parse_args(own)
-    if opts.min_kernel_tests < 0 or opts.sweep_cases < 1:
-        print("moegate gate: --min-kernel-tests must be >= 0 and --sweep-cases >= 1", file=sys.stderr)
+    if opts.min_kernel_tests < 0 or opts.sweep_cases < 1 or opts.fault_wait_s < 0:
+        print(
+            "moegate gate: --min-kernel-tests and --fault-wait-s must be >= 0 and --sweep-cases >= 1", file=sys.stderr
+        )
         return 2
     try:
         if opts.vllm_python is None:

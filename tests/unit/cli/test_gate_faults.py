@@ -225,8 +225,20 @@ def test_a_page_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["gate.md"]
 
 
-def test_bad_input_writes_no_page(tmp_path, capsys):
-    assert gate.main(["--vllm-python", "/nonexistent/bin/python", "--page", str(tmp_path / "gate.md")]) == 2
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--vllm-python", "/nonexistent/bin/python"], "moegate gate: --vllm-python /nonexistent/bin/python: no such"),
+        (
+            ["--vllm-python", sys.executable, "--fault-wait-s", "-1"],
+            "moegate gate: --min-kernel-tests and --fault-wait-s",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_no_page(tmp_path, capsys, argv, says):
+    assert gate.main([*argv, "--page", str(tmp_path / "gate.md")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(says)
     assert not (tmp_path / "gate.md").exists()
 
 
