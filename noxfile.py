@@ -42,7 +42,9 @@ def _vllm(session: nox.Session, default: str = PR) -> tuple[str, list[str]]:
 
 
 def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | None = None) -> None:
-    session.run(py, "-m", "pytest", *args, env={"MOEGATE_REQUIRE_VLLM": "1", **(env or {})}, external=True)
+    # MOEGATE_DEV: moegate's own runs print each failure's @example line (moegate.core.check); `gate` does not
+    env = {"MOEGATE_REQUIRE_VLLM": "1", "MOEGATE_DEV": "1", **(env or {})}
+    session.run(py, "-m", "pytest", *args, env=env, external=True)
 
 
 # --- the test command: every session tagged "tests", in parallel lanes ---------------------

@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "e2e": ("moegate.e2e.__main__", "compare two builds end to end: greedy tokens, scores, GSM8K (python -m moegate.e2e)"),
     "ab": ("moegate.ab.__main__", "compare two builds' decode time a token, servers started in turn (python -m moegate.ab)"),
     "sweep": ("moegate.kernels.sweep", "the kernel sweep: generated cases in worker processes on a CUDA GPU"),
-    "preflight": ("moegate.preflight", "check and measure this runner: GPU, PCIe, UVA read bandwidth, pinnable memory, disk"),
+    "preflight": ("moegate.preflight.cli", "check and measure this runner: GPU, PCIe, UVA read bandwidth, pinnable memory, disk"),
     "fetch-gsm8k": ("moegate.cli.fetch_gsm8k", "download GSM8K from its authors' repository and check its sha256"),
     "repro": ("moegate.cli.repro", "run one reported case through the installed vLLM and compare with the spec"),
     "spec": ("moegate.cli.spec", "print the path the spec requires for a case"),

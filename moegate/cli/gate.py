@@ -22,8 +22,21 @@ The default is ``dispatch``, plus ``kernels`` where the build's torch sees a CUD
 ``nox -s gate -- --vllm=SPEC``, which builds (or reuses) the environment and runs this command in it with
 ``--vllm-python``: one way to build environments, the nox sessions'.
 
+Each tier runs watched (``moegate.preflight.attempts``): its output passed through and kept, the GPU's other
+processes sampled while it runs. A tier that fails is judged by ``moegate.core.faults``: the build's failure
+(**FAIL**: a test's assertion, a planted bug, a kernel that faults, an out-of-memory error on a GPU the build had to
+itself) or the runner's (**RUNNER FAULT**: out of memory while NVML shows other processes holding the GPU's memory, a
+driver error, a lost runner), which is retried once, after waiting at most ``--fault-wait-s`` for the others to
+leave; a second fault is the verdict again, never a pass.
+
+The page: ``--page`` (default ``reports/gate.md``), written whole or not at all, also on a pass
+(``moegate.cli.gate_page``): its first line ``# moegate gate: <dispatch|kernels> leg: <PASS|FAIL|RUNNER FAULT>``, then
+what ran, each runner fault with its retry, and each failing case with what the spec required, what ran, the numbers
+and the ``moegate repro`` command that reproduces it.
+
 Exit status: 0 every tier passed; 1 the gate failed (a tier, the kernel floor, a vLLM that does not import);
-2 bad input (one line): no such interpreter, a wheel that is not vLLM, an unknown tier, no GPU for a GPU tier.
+2 bad input (one line, no page): no such interpreter, a wheel that is not vLLM, an unknown tier, no GPU for a GPU
+tier; 3 a runner fault, twice.
 """
 
 from __future__ import annotations
@@ -35,13 +48,19 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from moegate.core.junit import count
+from moegate.cli.gate_page import Gate, TierRun, render
+from moegate.cli.gate_page import write as write_page
+from moegate.core.check import dev_run
+from moegate.core.faults import EXIT_STATUS, FAIL, PASS, RUNNER_FAULT, Attempt, Failure, Outcome, classify
+from moegate.core.junit import Failed, count, failed
 from moegate.core.tiers import GATE_TIERS, UnknownInput
 from moegate.core.tiers import parse_tiers as parse_tier_list
 from moegate.paths import REPORTS_DIR, ROOT, is_checkout
+from moegate.preflight.attempts import DEFAULT_WAIT_S, retry_once, run_watched
+from moegate.preflight.gpu_processes import gpu_processes, unlisted_mib
 from moegate.vllm.probe import TEST_PACKAGES, probe
 from moegate.vllm.wheels import NotAVllmWheel, vllm_wheel
 
@@ -71,6 +90,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-kernel-tests", type=int, default=1, help="kernel tests that must have executed (default 1)")
     p.add_argument("--sweep-cases", type=int, default=5000, help="cases of the sweep tier (default 5000)")
     p.add_argument("--sweep-json", type=Path, default=REPORTS_DIR / "kernel-sweep.json")
+    p.add_argument(
+        "--page", type=Path, default=REPORTS_DIR / "gate.md", help="the verdict's page (default reports/gate.md)"
+    )
+    p.add_argument(
+        "--fault-wait-s", type=float, default=DEFAULT_WAIT_S,
+        help=f"before the retry of a runner fault, wait at most this long for other processes to leave the GPU (default {DEFAULT_WAIT_S:g})",
+    )  # fmt: skip
     return p
 
 
@@ -142,6 +168,55 @@ def _say(line: str) -> None:
     print(f"moegate gate: {line}", flush=True)
 
 
+READ_GPU = gpu_processes
+"""The NVML question the runner-fault verdict asks (``moegate.preflight.gpu_processes``); the tests hand in a stand-in."""
+READ_UNLISTED = unlisted_mib
+"""The GPU's memory no listed process holds, asked before each attempt (a container's NVML may list no other)."""
+
+
+def failed_or_none(junit: Path) -> list[Failed]:
+    """The report's failing tests; none where there is no readable report (the run died first: its output tells)."""
+    try:
+        return failed(junit)
+    except (OSError, ET.ParseError):
+        return []
+
+
+def _tier_attempt(cmd: list[str], env: dict[str, str], junit: Path | None) -> Callable[[int], Outcome]:
+    """One run of ``cmd``, its verdict from the JUnit report's failing tests (where it writes one) and its output."""
+
+    def attempt(number: int) -> Outcome:
+        if junit is not None:
+            junit.unlink(missing_ok=True)  # a report left by the attempt before is not this one's
+        ran = run_watched(cmd, cwd=ROOT, env=env, reader=READ_GPU, unlisted=READ_UNLISTED)
+        named = failed_or_none(junit) if junit is not None and ran.status != 0 else []
+        failures = tuple(Failure(f.nodeid, f.text or f.message) for f in named)
+        return classify(Attempt(ran.status, failures, ran.output, ran.others))
+
+    return attempt
+
+
+def _run_tier(name: str, cmd: list[str], env: dict[str, str], junit: Path | None, wait_s: float) -> TierRun:
+    outcomes = retry_once(
+        _tier_attempt(cmd, env, junit),
+        lambda line: _say(f"{name}: {line}"),
+        reader=READ_GPU,
+        unlisted=READ_UNLISTED,
+        wait_s=wait_s,
+    )
+    return TierRun(name, outcomes, cmd)
+
+
+def _verdict(runs: list[TierRun]) -> str:
+    verdicts = {r.verdict for r in runs}
+    return FAIL if FAIL in verdicts else RUNNER_FAULT if RUNNER_FAULT in verdicts else PASS
+
+
+def _write_page(opts: argparse.Namespace, gate: Gate) -> None:
+    write_page(opts.page, render(gate, dev_run()))
+    _say(f"page: {opts.page}")
+
+
 def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
     python = interpreter(opts.vllm_python)
     if not (ROOT / "tests" / "dispatch").is_dir():
@@ -153,7 +228,11 @@ def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
     found = probe(python, ROOT)
     label = opts.label or python
     if not found.imports:
-        print(f"moegate gate: FAIL: build {label} ({python}): vLLM does not import: {found.error}", file=sys.stderr)
+        line = f"build {label} ({python}): vLLM does not import: {found.error}"
+        print(f"moegate gate: FAIL: {line}", file=sys.stderr)
+        asked = parse_tiers(opts.tiers, cuda=False) if opts.tiers else ["dispatch"]
+        leg = "kernels" if any(t in GPU_TIERS for t in asked) else "dispatch"
+        _write_page(opts, Gate(leg, FAIL, label, python, asked, note=f"**FAIL**: {line}. No tier ran."))
         return 1
     if found.missing:
         raise GateInputError(
@@ -170,27 +249,41 @@ def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
     )
     if opts.tiers is None and not found.cuda:
         _say("kernels: not run, torch in this build sees no CUDA GPU (on a GPU machine they run by default)")
-    results: list[tuple[str, bool, str]] = []
+    runs: list[TierRun] = []
     tests = [f"tests/{t}" for t in ("dispatch", "kernels") if t in tiers]
     if tests:
         opts.junit.parent.mkdir(parents=True, exist_ok=True)
         cmd = [python, "-m", "pytest", *tests, f"--junitxml={opts.junit}", *pytest_args]
         env = {**os.environ, "MOEGATE_REQUIRE_VLLM": "1"}
-        status = subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
-        results.append(
-            (" + ".join(t for t in ("dispatch", "kernels") if t in tiers), status == 0, f"pytest exit {status}")
+        runs.append(
+            _run_tier(
+                " + ".join(t for t in ("dispatch", "kernels") if t in tiers), cmd, env, opts.junit, opts.fault_wait_s
+            )
         )
     if "kernels" in tiers:
-        results.append(kernel_floor(opts.junit, opts.min_kernel_tests))
+        if runs[-1].verdict == RUNNER_FAULT:
+            why = "not judged: the tier's run was a runner fault, so its count says nothing of the build"
+            runs.append(TierRun("kernel floor", [Outcome(RUNNER_FAULT, why)]))
+        else:
+            name, good, why = kernel_floor(opts.junit, opts.min_kernel_tests)
+            runs.append(TierRun(name, [Outcome(PASS if good else FAIL, why)]))
     if "sweep" in tiers:
         opts.sweep_json.parent.mkdir(parents=True, exist_ok=True)
         cmd = [python, "-m", "moegate.kernels.sweep", f"--cases={opts.sweep_cases}", "--workers=auto", "--seed=0"]
-        status = subprocess.run([*cmd, f"--json={opts.sweep_json}"], cwd=ROOT, check=False).returncode
-        results.append(("sweep", status == 0, f"exit {status}"))
-    ok = all(good for _, good, _ in results)
-    parts = "; ".join(f"{name} {'ok' if good else 'FAIL'} ({why})" for name, good, why in results)
-    _say(f"{'PASS' if ok else 'FAIL'}: {label}: {parts}")
-    return 0 if ok else 1
+        runs.append(_run_tier("sweep", [*cmd, f"--json={opts.sweep_json}"], dict(os.environ), None, opts.fault_wait_s))
+    verdict = _verdict(runs)
+    parts = "; ".join(f"{r.name} {'ok' if r.verdict == PASS else r.verdict} ({_why(r)})" for r in runs)
+    _say(f"{verdict}: {label}: {parts}")
+    leg = "kernels" if gpu else "dispatch"
+    failing = list(failed_or_none(opts.junit)) if tests and runs[0].verdict != PASS else []
+    _write_page(opts, Gate(leg, verdict, label, python, tiers, runs, failing, opts.junit))
+    return EXIT_STATUS[verdict]
+
+
+def _why(run: TierRun) -> str:
+    last = run.outcomes[-1]
+    why = "pytest exit 0" if last.verdict == PASS and run.command else last.cause
+    return why if len(run.outcomes) == 1 else f"{why}; retried after a runner fault: {run.outcomes[0].cause}"
 
 
 def kernel_floor(junit: Path, minimum: int) -> tuple[str, bool, str]:
@@ -208,8 +301,10 @@ def kernel_floor(junit: Path, minimum: int) -> tuple[str, bool, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     own, pytest_args = split_pytest_args(sys.argv[1:] if argv is None else argv)
     opts = parser().parse_args(own)
-    if opts.min_kernel_tests < 0 or opts.sweep_cases < 1:
-        print("moegate gate: --min-kernel-tests must be >= 0 and --sweep-cases >= 1", file=sys.stderr)
+    if opts.min_kernel_tests < 0 or opts.sweep_cases < 1 or opts.fault_wait_s < 0:
+        print(
+            "moegate gate: --min-kernel-tests and --fault-wait-s must be >= 0 and --sweep-cases >= 1", file=sys.stderr
+        )
         return 2
     try:
         if opts.vllm_python is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any, Protocol
 
@@ -22,6 +23,20 @@ class DispatchMismatch(AssertionError):
 
 
 EXAMPLE_PREFIX = "pin it: "
+DEV_VARIABLE = "MOEGATE_DEV"
+"""Set (to anything but ``0``) in moegate's own development runs: the nox sessions of its test command."""
+
+
+def dev_run() -> bool:
+    """Whether this is one of moegate's own development runs, where a failure also prints its ``@example`` line.
+
+    A vLLM developer's gate gets the reproducer only: the ``@example`` line is for moegate's strategies, which a
+    pull request to vLLM does not edit."""
+    return os.environ.get(DEV_VARIABLE, "") not in ("", "0")
+
+
+def _example(case: MoECase) -> str:
+    return f"\n  {example_line(case)}" if dev_run() else ""
 
 
 def example_line(case: MoECase) -> str:
@@ -57,8 +72,7 @@ def assert_path(target: Observer, case: MoECase, entrypoint: str) -> str:
         rec = mismatch_record(case, entrypoint, observed)
         raise DispatchMismatch(
             f"{entrypoint} entrypoint took {observed}, spec requires {want} for {case.short()}\n"
-            f"  reproduce: python -m moegate repro '{case.to_json()}'\n"
-            f"  {example_line(case)}\n"
+            f"  reproduce: python -m moegate repro '{case.to_json()}'{_example(case)}\n"
             f"{MARK} {json.dumps(rec, sort_keys=True)}"
         )
     _assert_assignment(obs, case, entrypoint)
@@ -109,8 +123,7 @@ def _assert_assignment(obs: Any, case: MoECase, entrypoint: str) -> None:
     if problems:
         raise DispatchMismatch(
             f"{entrypoint} entrypoint: wrong expert assignment for {case.short()}: {'; '.join(problems)}\n"
-            f"  reproduce: python -m moegate repro '{case.to_json()}'\n"
-            f"  {example_line(case)}"
+            f"  reproduce: python -m moegate repro '{case.to_json()}'{_example(case)}"
         )
 
 

@@ -1,4 +1,5 @@
-"""What a JUnit report says ran: the kernel tier's floor of *executed* tests (``moegate gate --min-kernel-tests``).
+"""What a JUnit report says ran: the kernel tier's floor of *executed* tests (``moegate gate --min-kernel-tests``),
+and which tests failed, with their reports' text (``moegate gate``'s page and its runner-fault verdict).
 
 A kernel tier that skipped everything (no CUDA, no UVA, a broken driver) exits 0 from pytest; the floor makes it red
 instead. Executed = tests - skipped - errors (a failed test did execute; pytest's own status fails the run for it).
@@ -48,3 +49,30 @@ def count(path: Path, prefix: str = "") -> Counts:
         elif case.find("failure") is not None:
             failures += 1
     return Counts(tests, skipped, errors, failures, first_skip)
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A testcase that failed or errored: its id as pytest prints it, and the failure's message and text."""
+
+    nodeid: str
+    message: str
+    text: str
+
+
+def failed(path: Path) -> list[Failed]:
+    """Every failing or erroring testcase, in the report's order; ``OSError`` or ``ParseError`` as ``count``."""
+    out = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is None:
+            continue
+        parts = case.get("classname", "").split(".")
+        cls = [parts.pop()] if len(parts) > 1 and parts[-1].startswith("Test") else []  # pytest's Test* classes
+        nodeid = "::".join(
+            [f"{'/'.join(parts)}.py", *cls, case.get("name", "")] if parts[0] else [case.get("name", "")]
+        )
+        out.append(Failed(nodeid, (bad.get("message") or "").strip(), (bad.text or "").strip()))
+    return out

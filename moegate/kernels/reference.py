@@ -324,6 +324,7 @@ class Closeness:
     rel_max_err: float  # max |out - ref| / max |ref|, for reports
     ok: bool
     stages: dict[str, float] | None = None  # fp8: worst err/tol of each stage
+    worst: tuple[float, float, float] | None = None  # at the worst element: (reference, kernel, tolerance)
 
     def __str__(self) -> str:
         text = (
@@ -332,6 +333,9 @@ class Closeness:
         )
         if self.stages:
             text += " (" + ", ".join(f"{k} {v:.3g}" for k, v in self.stages.items()) + ")"
+        if self.worst is not None:
+            ref, out, tol = self.worst
+            text += f"\n  at the worst element: reference {ref:.6g}, kernel {out:.6g}, tolerance {tol:.3g}"
         return text
 
 
@@ -344,12 +348,17 @@ def compare(
 ) -> Closeness:
     """Compare a kernel output with the reference under the tolerance rule."""
     err = (output.float() - ref.output).abs()
-    tol = tolerance(ref, dtype, quant, activation)
-    ratio = (err / tol.clamp_min(torch.finfo(torch.float32).tiny)).max().item() if err.numel() else 0.0
+    tol = tolerance(ref, dtype, quant, activation).expand_as(err)
+    ratios = err / tol.clamp_min(torch.finfo(torch.float32).tiny)
+    ratio = ratios.max().item() if err.numel() else 0.0
     finite = bool(torch.isfinite(output.float()).all())
     peak = ref.output.abs().max().item() if err.numel() else 0.0
     max_err = err.max().item() if err.numel() else 0.0
-    return Closeness(max_err, ratio, max_err / peak if peak else max_err, finite and ratio <= 1.0)
+    worst = None
+    if err.numel():  # where the failure page points: the element furthest outside (or nearest) its bound
+        at = int(ratios.nan_to_num(float("inf")).flatten().argmax())
+        worst = (ref.output.flatten()[at].item(), output.float().flatten()[at].item(), tol.flatten()[at].item())
+    return Closeness(max_err, ratio, max_err / peak if peak else max_err, finite and ratio <= 1.0, worst=worst)
 
 
 FP8_HALF_STEP = 2.0**-4

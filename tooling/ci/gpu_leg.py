@@ -19,7 +19,7 @@ leg passes is here, and only here:
   (its JSON goes to the A/B) and the pinned host memory the leg's tiers will load (``--model`` for the models the leg
   serves, ``KERNEL_PINNED_GIB`` for a kernels leg), with ``RUN_DISK_GIB`` left for the runs.
 - **kernels** (``moegate gate --tiers dispatch,kernels[,sweep]``): the PR build; at least ``--min-kernel-tests``
-  kernel tests executed.
+  kernel tests executed; its page ``REPORTS/gate.md`` (first line ``# moegate gate: kernels leg: VERDICT``).
 - **e2e** (``moegate e2e run``): both gates on one model, the GPU flags of ``tooling/serving.py`` (experts
   UVA-offloaded), GSM8K's 250 questions once a build (``E2E_OPTIONS``: the configuration the H200 measured at
   408-455 s a pair, ``results/e2e-h200-scored.md``), judged by the promise the PR makes (``--promise``, the
@@ -29,9 +29,15 @@ leg passes is here, and only here:
   the evidence columns; gating at ``--gate-threshold`` (engineer ab's rule: FAIL, regressed by at least the threshold,
   or a run not over fail; unresolved passes), or advisory (no ``--gate``: the verdict is reported, never fails).
 
+**Runner faults.** The e2e and A/B legs run watched (``moegate.preflight.attempts``): a failure is judged by
+``moegate.core.faults``, and a runner fault (out of memory while NVML shows another process on the GPU, a driver
+error, a lost runner) is retried once, after waiting for the other processes to leave; a second fault exits 3. The
+kernels leg is ``moegate gate``, which does the same for its tiers and exits 3 itself; the preflight is not retried
+(it judges the runner: free GPU memory against each leg's need, ``--leg``).
+
 Standard library only (the runner's Python, the GPU machine's ``python3``), run from the checkout root.
 Exit status: the leg's command's; 2 for bad input or data (one line): an unreadable builds file, a model it does not
-name, GSM8K missing or not the published file.
+name, GSM8K missing or not the published file; 3 a runner fault, twice.
 """
 
 from __future__ import annotations
@@ -46,7 +52,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from moegate.core.faults import RUNNER_FAULT, Attempt, Outcome, classify
 from moegate.e2e.datasets import GSM8K_SHA256, DataError, gsm8k_dir, gsm8k_file
+from moegate.preflight.attempts import retry_once, run_watched
+from moegate.preflight.gpu_processes import gpu_processes, unlisted_mib
 from tooling.serving import server_args
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -129,7 +138,9 @@ def preflight_command(opts: argparse.Namespace, builds: dict[str, object] | None
         cmd.append(f"--need-pinned-gib={KERNEL_PINNED_GIB:g}")
     elif not models:
         raise LegError(f"preflight --tier {opts.tier}: name the models the leg serves (--model)")
-    return cmd
+    # free GPU memory for the legs side by side (moegate/preflight/needs.py): each e2e leg serves one model
+    legs = ["kernels"] * ("kernels" in tiers) + ["e2e"] * len(models) * ("e2e" in tiers) + ["ab"] * ("ab" in tiers)
+    return cmd + [f"--leg={leg}" for leg in legs]
 
 
 def kernels_command(opts: argparse.Namespace, builds: dict[str, object]) -> list[str]:
@@ -144,7 +155,8 @@ def kernels_command(opts: argparse.Namespace, builds: dict[str, object]) -> list
         f"--tiers={tiers}",
         f"--label={builds.get('pr_label', 'pr')}",
     ]
-    cmd += [f"--junit={opts.reports / 'gate.xml'}", f"--min-kernel-tests={opts.min_kernel_tests}"]
+    cmd += [f"--junit={opts.reports / 'gate.xml'}", f"--page={opts.reports / 'gate.md'}"]
+    cmd += [f"--min-kernel-tests={opts.min_kernel_tests}"]
     if opts.sweep_cases:
         cmd += [f"--sweep-cases={opts.sweep_cases}", f"--sweep-json={opts.reports / 'kernel-sweep.json'}"]
     return cmd
@@ -236,9 +248,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     opts.reports.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    status = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False).returncode
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if opts.leg not in RETRIED:  # preflight judges the runner itself; kernels is `moegate gate`, which retries
+        status = subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
+    else:
+        status = run_retried(name, cmd, env)
     print(f"gpu leg {name}: exit {status} in {time.monotonic() - start:.0f} s", flush=True)
     return status
+
+
+RETRIED = ("e2e", "ab")
+"""The legs whose failures this runner judges (moegate.core.faults) and retries once on a runner fault."""
+READ_GPU = gpu_processes
+"""The NVML question the runner-fault verdict asks (moegate.preflight.gpu_processes); the tests hand in a stand-in."""
+READ_UNLISTED = unlisted_mib
+"""The GPU's memory no listed process holds, asked before each attempt (a container's NVML may list no other)."""
+WAIT_S = 120.0
+"""Before the retry of a runner fault, at most this long for the other processes to leave the GPU."""
+
+
+def run_retried(name: str, cmd: list[str], env: dict[str, str]) -> int:
+    """The leg's command, watched (moegate.preflight.attempts); on a runner fault (another process's memory on the
+    GPU, a driver error, a lost runner) once more. Exit: the command's own on a pass or a FAIL (1, or 2 for bad
+    input or a server that did not start for the build's own reasons), 3 on a runner fault twice."""
+    statuses: list[int] = []
+
+    def attempt(number: int) -> Outcome:
+        ran = run_watched(cmd, cwd=ROOT, env=env, reader=READ_GPU, unlisted=READ_UNLISTED)
+        statuses.append(ran.status)
+        return classify(Attempt(ran.status, (), ran.output, ran.others))
+
+    say = lambda line: print(f"gpu leg {name}: {line}", flush=True)
+    outcomes = retry_once(attempt, say, reader=READ_GPU, unlisted=READ_UNLISTED, wait_s=WAIT_S)
+    last = outcomes[-1]
+    print(f"gpu leg {name}: {last}", flush=True)
+    return last.exit_status if last.verdict == RUNNER_FAULT else statuses[-1]
 
 
 if __name__ == "__main__":

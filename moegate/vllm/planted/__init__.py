@@ -33,7 +33,9 @@ variable: the bug belongs to the build), and a ``.pth`` line that imports it at 
   composition (a batch of one never shows it);
 - ``reround=K`` (harmless): the Qwen3-MoE block's output times ``K`` and divided by ``K`` again in the
   model's dtype: the same mathematics, two more roundings (a power of two: bit-identical);
-- ``reround-attn=K`` (harmless): the same on the attention block's output.
+- ``reround-attn=K`` (harmless): the same on the attention block's output;
+- ``workspace=G``: the fused-MoE experts allocate ``G`` GiB of workspace on every call: more than the GPU has, the
+  build's own out-of-memory error (``tools/gpu/faults.sh``).
 
 A build with a bug compiles into a cache of its own (``VLLM_CACHE_ROOT`` is ``DEST/vllm-cache`` unless set): vLLM
 keys its ``torch.compile`` cache by config and source files, so a bug's build sharing the default cache can load
@@ -71,7 +73,7 @@ FACTOR_KINDS = ("naive-scale", "naive-top1", "naive-host-top1", "reround", "rero
 """Kinds whose value is one factor, kept in the config as ``factor``."""
 KINDS = (
     "scale=F, weights=F, expert=SRC:DST, renorm=off, uva=noop|back, naive-scale=F, naive-top1=F, naive-host-top1=F,"
-    " swap-top1=LO-HI, reround=K or reround-attn=K"
+    " swap-top1=LO-HI, reround=K, reround-attn=K or workspace=G"
 )
 HARMLESS = ("reround", "reround-attn")
 """Kinds that change roundings only, not the mathematics: a harmless change, for the ``equivalent`` promise."""
@@ -103,6 +105,14 @@ def parse_bug(spec: str) -> dict[str, Any]:
         if not (factor > 0 and factor != 1.0 and factor != float("inf")):
             raise BuildError(f"--bug {spec!r}: {kind} must be a finite number > 0 other than 1")
         return {"spec": spec, "kind": kind, kind: factor}
+    if kind == "workspace":
+        try:
+            gib = float(value)
+        except ValueError:
+            raise BuildError(f"--bug {spec!r}: workspace needs the GiB it allocates, e.g. workspace=1024") from None
+        if not (0 < gib < float("inf")):
+            raise BuildError(f"--bug {spec!r}: workspace must be a finite number of GiB > 0")
+        return {"spec": spec, "kind": "workspace", "gib": gib}
     if kind == "expert":
         src, colon, dst = value.partition(":")
         if not (colon and src.isdigit() and dst.isdigit() and int(src) != int(dst)):

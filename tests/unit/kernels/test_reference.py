@@ -219,6 +219,21 @@ def test_compare_passes_rounding_and_fails_a_dropped_expert():
     assert not compare(nan_out, ref, torch.float32).ok
 
 
+def test_a_failing_comparison_names_the_reference_the_kernel_and_the_tolerance_at_its_worst_element():
+    """What the failure page quotes: the element furthest outside its bound, with both values and the bound there."""
+    ref = Reference(torch.tensor([[0.5, -1.0], [2.0, 0.25]]), torch.tensor([[1.0, 1.0], [2.0, 0.5]]))
+    out = ref.output.clone()
+    out[1, 1] = 0.75  # 0.5 off, where the bound is smallest: the worst ratio
+    out[1, 0] = 2.6  # further off in absolute terms, under a larger bound
+    tol = tolerance(ref, torch.bfloat16)
+    result = compare(out, ref, torch.bfloat16)
+    assert not result.ok and result.worst == pytest.approx((0.25, 0.75, tol[1, 1].item()))
+    assert result.worst_ratio == pytest.approx(0.5 / tol[1, 1].item())
+    assert (
+        str(result).splitlines()[1] == f"  at the worst element: reference 0.25, kernel 0.75, tolerance {tol[1, 1]:.3g}"
+    )
+
+
 # --- fused shared-expert rows ---------------------------------------------------------
 
 

@@ -155,7 +155,13 @@ def test_example_line_pastes_back_to_the_same_case(case):
     assert decorator._this_example.kwargs["case"] == case  # what hypothesis.example recorded
 
 
-def test_a_mismatch_message_carries_the_example_line():
+@pytest.mark.parametrize("dev", ["1", None], ids=["moegate's own run", "a vLLM developer's run"])
+def test_a_mismatch_message_carries_the_example_line_in_moegates_own_runs_only(monkeypatch, dev):
+    """MOEGATE_DEV (the noxfile's test sessions set it): the @example line is for moegate's own strategies."""
+    if dev is None:
+        monkeypatch.delenv("MOEGATE_DEV", raising=False)
+    else:
+        monkeypatch.setenv("MOEGATE_DEV", dev)
     case = MoECase(num_tokens=1, top_k=1, num_experts=8)
 
     class WrongPath:
@@ -164,7 +170,10 @@ def test_a_mismatch_message_carries_the_example_line():
 
     with pytest.raises(DispatchMismatch) as err:
         assert_path(WrongPath(), case, "legacy")
-    assert example_line(case) in str(err.value).splitlines()[2]
+    lines = str(err.value).splitlines()
+    assert lines[1] == f"  reproduce: python -m moegate repro '{case.to_json()}'"
+    assert (example_line(case) in lines[2]) is (dev is not None)
+    assert ("pin it:" in str(err.value)) is (dev is not None) and lines[-1].startswith("MOEGATE-MISMATCH {")
 
 
 # --- .ci/gsm8k: the hosted jobs' GSM8K download, checked before any test reads it -------

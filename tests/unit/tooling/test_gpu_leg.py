@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from moegate.ab.__main__ import plan_of
 from moegate.cli.gate import parser as gate_parser
 from moegate.e2e.__main__ import _parser as e2e_parser
 from moegate.e2e.datasets import gsm8k_dir
-from moegate.preflight import parser as preflight_parser
+from moegate.preflight.cli import parser as preflight_parser
 from tooling.ci import gpu_leg
 
 GSM8K = gsm8k_dir()
@@ -47,6 +48,7 @@ def test_the_kernels_leg_is_moegate_gate_with_the_floor_and_the_sweep(tmp_path, 
     opts = gate_parser().parse_args(cmd[4:])
     assert opts.vllm_python == "/b/pr/bin/python" and opts.tiers == "dispatch,kernels,sweep"
     assert opts.min_kernel_tests == 40 and opts.sweep_cases == 5000 and opts.junit == tmp_path / "r" / "gate.xml"
+    assert opts.page == tmp_path / "r" / "gate.md"  # beside the JUnit report: the verdict job reads its first line
     no_sweep = _command(tmp_path, "kernels", capsys=capsys)
     assert gate_parser().parse_args(no_sweep[4:]).tiers == "dispatch,kernels"
 
@@ -106,6 +108,11 @@ def test_the_ab_leg_without_its_preflight_is_one_line(tmp_path, capsys):
 def test_preflight_needs_what_the_legs_load(tmp_path, capsys):
     cmd = _command(tmp_path, "preflight", "--tier", "kernels,e2e", "--model", "random,trained", capsys=capsys)
     opts = preflight_parser().parse_args(cmd[4:])
+    assert opts.leg == ["kernels", "e2e", "e2e"]  # side by side on the one GPU: free memory for all three
+    ab = preflight_parser().parse_args(
+        _command(tmp_path, "preflight", "--tier", "ab", "--model", "random", capsys=capsys)[4:]
+    )
+    assert ab.leg == ["ab"]
     assert cmd[0] == "/b/pr/bin/python" and opts.checks == "gpu,disk" and opts.need_disk_gib == gpu_leg.RUN_DISK_GIB
     assert opts.model == [str(tmp_path / "tiny-e2e"), "/repo/models/e2e-trained"]
     assert opts.need_pinned_gib == gpu_leg.KERNEL_PINNED_GIB and opts.json == tmp_path / "r" / "preflight.json"
@@ -128,3 +135,58 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
     assert gpu_leg.main([*args, "--dry-run"]) == 2
     (err,) = capsys.readouterr().err.strip().splitlines()
     assert says in err
+
+
+def _stand_in_driver(tmp_path: Path, steps: list[tuple[str, int]]) -> Path:
+    """An executable that stands in for the A/B driver's Python: each call prints its step's text and exits with its
+    status (the first an A/B server that died of CUDA out-of-memory: moegate.ab exits 2 and prints the log's tail)."""
+    (tmp_path / "steps.json").write_text(json.dumps(steps))
+    driver = tmp_path / "driver"
+    driver.write_text(
+        "#!" + sys.executable + "\nimport json, pathlib, sys, time\n"
+        f"here = pathlib.Path({str(tmp_path)!r})\n"
+        "calls = here / 'calls'\nn = len(calls.read_text().splitlines()) if calls.exists() else 0\n"
+        "calls.write_text('x\\n' * (n + 1))\nsteps = json.loads((here / 'steps.json').read_text())\n"
+        "text, status = steps[min(n, len(steps) - 1)]\ntime.sleep(0.3)\nprint(text, flush=True)\nsys.exit(status)\n"
+    )
+    driver.chmod(0o755)
+    return driver
+
+
+def _ab_leg(tmp_path: Path, driver: Path) -> list[str]:
+    builds = json.loads(_builds(tmp_path).read_text())
+    (tmp_path / "builds.json").write_text(json.dumps({**builds, "driver": str(driver)}))
+    (tmp_path / "preflight.json").write_text('{"uva_read_gbps": 49.7}')
+    return ["ab", "--model", "random", "--builds", str(tmp_path / "builds.json"), "--preflight", str(tmp_path / "preflight.json"),
+            "--reports", str(tmp_path / "r")]  # fmt: skip
+
+
+def test_an_ab_leg_whose_server_died_of_oom_beside_another_process_is_retried_and_the_retry_is_its_verdict(
+    tmp_path, capsys, monkeypatch
+):
+    from moegate.core.faults import GpuProcess
+    from tests.support.faults import OOM, neighbour
+
+    died = f"moegate.ab: server of build pr died (exit 1); server log ...\nlast lines:\n{OOM}"
+    monkeypatch.setattr(gpu_leg, "READ_UNLISTED", lambda: None)
+    with neighbour() as hog:
+        monkeypatch.setattr(gpu_leg, "READ_GPU", lambda: [GpuProcess(hog, 70 * 1024.0)])
+        monkeypatch.setattr(gpu_leg, "WAIT_S", 0.2)
+        assert gpu_leg.main(_ab_leg(tmp_path, _stand_in_driver(tmp_path, [(died, 2), ("Gate: passed", 0)]))) == 0
+        out = capsys.readouterr().out
+        assert (
+            f"gpu leg ab random: runner fault: out of memory while 1 other process(es) held 70.0 GiB of its GPU (pid {hog}"
+            in out
+        )
+        assert "gpu leg ab random: PASS: exit 0" in out
+        (tmp_path / "calls").unlink()
+        assert gpu_leg.main(_ab_leg(tmp_path, _stand_in_driver(tmp_path, [(died, 2)]))) == 3
+        assert "gpu leg ab random: runner fault again: out of memory while" in capsys.readouterr().out
+        (tmp_path / "calls").unlink()
+        failed = "moegate.ab: gate FAILED: c=1: regressed by 6.1 %"
+        assert gpu_leg.main(_ab_leg(tmp_path, _stand_in_driver(tmp_path, [(failed, 1), ("Gate: passed", 0)]))) == 1
+        assert (tmp_path / "calls").read_text() == "x\n"  # a FAIL is not retried
+    monkeypatch.setattr(gpu_leg, "READ_GPU", list)
+    (tmp_path / "calls").unlink()
+    assert gpu_leg.main(_ab_leg(tmp_path, _stand_in_driver(tmp_path, [(died, 2), ("Gate: passed", 0)]))) == 2
+    assert "out of memory with the GPU to itself" in capsys.readouterr().out

@@ -404,3 +404,27 @@ def test_a_planted_top1_swap_exchanges_two_tokens_experts_only_on_calls_of_two_t
     assert lines[1] == f"2 [3, 1] {swapped}" and lines[2] == f"4 [3, 1, 0, 2] {swapped}", lines
     assert lines[3] == "5 [1, 3, 0, 2, 0] [[0.0, 3.0, 1.0, 2.0], [2.0, 0.0, 1.0, 4.0]] None"  # 5 tokens: untouched
     assert "exchange their top-1 experts on calls of 2-4 tokens" in proc.stderr
+
+
+def test_a_planted_workspace_allocates_on_the_weights_device_on_every_call_and_fails_there_when_too_large(tmp_path):
+    """The build's own out-of-memory error: here on the CPU a workspace no host holds (a PiB) is refused by the
+    allocator, as a GPU's larger-than-its-memory one is by CUDA's."""
+    pytest.importorskip("torch", reason="the experts take tensors")
+    site = tmp_path / "site"
+    experts = "def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids):\n    return 'ran'\n"
+    _standin(site, "vllm.model_executor.layers.fused_moe.fused_moe", experts)
+    code = (
+        "import torch\n"
+        "from vllm.model_executor.layers.fused_moe import fused_moe as f\n"
+        "w = torch.zeros(8, 4, 4, dtype=torch.bfloat16)\n"
+        "print(f.fused_experts(None, w, w, None, None))\n"
+    )
+    small = make_build(tmp_path / "small", sys.executable, sites=[str(site)], bug="workspace=0.001")
+    proc = _run(small, code, tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ran", proc.stderr
+    assert "fused_experts: allocates 0.001 GiB of workspace a call" in proc.stderr
+    huge = make_build(tmp_path / "huge", sys.executable, sites=[str(site)], bug=f"workspace={2**20}")
+    proc = _run(huge, code, tmp_path)
+    assert proc.returncode != 0 and "RuntimeError" in proc.stderr and "ran" not in proc.stdout
+    with pytest.raises(BuildError, match="workspace must be a finite number of GiB > 0"):
+        parse_bug("workspace=0")
