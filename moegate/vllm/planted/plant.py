@@ -38,7 +38,9 @@ the build then reports, as a dev build would: no numerics change):
   again, each in the model's dtype: the same mathematics with two more roundings, every element moved by at
   most about one unit in the last place, of either sign (a power of two is exact: bit-identical);
 - ``reround-attn`` (harmless): the same on the attention block's output (``Qwen3MoeAttention``), as another
-  attention kernel rounds differently.
+  attention kernel rounds differently;
+- ``moe-reround`` (a loss of accuracy), ``topk-order`` and ``act-fp32`` (harmless): inside the fused-MoE experts,
+  for the differential kernel tier (``plant_experts.py``, copied beside this file).
 
 Every patched function is a plain Python wrapper without any data-dependent branch: under CUDA-graph
 capture the condition on the call's shape is decided once per captured size, as vLLM's own code does.
@@ -55,6 +57,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import moegate_planted_experts  # plant_experts.py, copied beside this file: the plants inside the fused-MoE experts
 
 CONFIG: dict[str, Any] = json.loads(Path(__file__).with_suffix(".json").read_text(encoding="utf-8"))
 VERSION = "vllm.version"
@@ -286,6 +290,7 @@ PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
     "naive-top1": {FUSED_MOE: _naive_host_top1, TRITON_MOE: _naive_host_top1},
     "reround": {QWEN3_MOE: _reround},
     "reround-attn": {QWEN3_MOE: _reround_attn},
+    **moegate_planted_experts.patches(CONFIG),
 }
 """Patches by bug: its kind, or kind=value where the value picks a different patch."""
 
