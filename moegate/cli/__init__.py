@@ -4,6 +4,7 @@
     moegate e2e run --base PY --pr PY --model DIR ...   the e2e comparison of two builds
     moegate ab --base-python PY --pr-python PY ...      the A/B (decode time) of two builds
     moegate sweep [--cases N] ...                       the kernel sweep (a CUDA GPU)
+    moegate diff --base-python PY --pr-python PY ...    the differential kernel tier (a CUDA GPU)
     moegate preflight [--json FILE] ...                 can this runner run the GPU tiers?
     moegate fetch-gsm8k [--dir DIR]                     GSM8K from its authors, sha256-checked
     moegate repro '<case json>' / moegate spec '<case json>'
@@ -31,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("moegate.kernels.sweep", "the kernel sweep: generated cases in worker processes on a CUDA GPU"),
     "preflight": ("moegate.preflight", "check and measure this runner: GPU, PCIe, UVA read bandwidth, pinnable memory, disk"),
     "fetch-gsm8k": ("moegate.cli.fetch_gsm8k", "download GSM8K from its authors' repository and check its sha256"),
+    "diff": ("moegate.kernels.diff_tier", "the differential kernel tier: a base build against a PR's on the same cases (a CUDA GPU)"),
     "repro": ("moegate.cli.repro", "run one reported case through the installed vLLM and compare with the spec"),
     "spec": ("moegate.cli.spec", "print the path the spec requires for a case"),
     "census": ("moegate.cli.census", "the census of vLLM's MoE configurations (python -m moegate.vllm.census)"),
@@ -38,7 +40,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 """Subcommand -> (the module whose ``main(argv)`` runs it, one line of help)."""
 
-EXTRAS = {"e2e": "e2e", "ab": "ab", "sweep": "vllm", "census": "vllm", "power": "power", "repro": "vllm"}
+EXTRAS = {
+    "e2e": "e2e",
+    "ab": "ab",
+    "sweep": "vllm",
+    "diff": "vllm",
+    "census": "vllm",
+    "power": "power",
+    "repro": "vllm",
+}
 """Subcommand -> the extra of pyproject.toml whose packages its module imports (a bare install has none of them)."""
 
 
