@@ -4,7 +4,8 @@
                                       checkout installed editable into one (pip install -e .); nothing is installed
     moegate gate --wheel FILE         a vLLM wheel: nox builds an environment for it once (tooling/nox_builds.py)
     moegate gate --vllm VERSION       a vLLM release: the same, from the package registry
-        [--tiers dispatch,kernels,sweep] [--junit FILE] [--min-kernel-tests N] [--sweep-cases N] [-- PYTEST_ARGS]
+        [--tiers dispatch,kernels,sweep,diff] [--base-python PATH [--promise identical|equivalent] [--diff-cases N]]
+        [--junit FILE] [--min-kernel-tests N] [--sweep-cases N] [-- PYTEST_ARGS]
 
 Runs from a moegate checkout (the tests live there). The build is asked first, in a process of its own, whether vLLM
 imports (``moegate.vllm.probe``): where it does not, the gate FAILS with one line naming the build and the import's
@@ -15,15 +16,20 @@ the build (``MOEGATE_REQUIRE_VLLM=1``):
 - ``kernels`` (``tests/kernels``): outputs against the torch reference, on a CUDA GPU; at least
   ``--min-kernel-tests`` of them must have executed (read from the JUnit report), so a tier that skipped everything
   is red;
-- ``sweep``: ``moegate sweep`` over ``--sweep-cases`` generated cases in worker processes.
+- ``sweep``: ``moegate sweep`` over ``--sweep-cases`` generated cases in worker processes;
+- ``diff``: ``moegate diff``, the differential kernel tier: the base build (``--base-python``) against this one on
+  ``--diff-cases`` generated cases, judged by the promise the PR makes (``--promise``; ``moegate.kernels.
+  diff_tier``). A tier it could not judge (builds it cannot compare) exits 2 there and is a FAIL here.
 
-The default is ``dispatch``, plus ``kernels`` where the build's torch sees a CUDA GPU; asking for ``kernels`` or
-``sweep`` where it sees none is one line and exit 2. ``--wheel`` and ``--vllm`` hand the same options to
+The default is ``dispatch``, plus ``kernels`` where the build's torch sees a CUDA GPU (and ``diff`` where a base is
+given); asking for ``kernels``, ``sweep`` or ``diff`` where it sees none is one line and exit 2, and so is ``diff``
+without a base, or with a base whose vLLM does not import or whose torch sees no CUDA GPU. ``--wheel`` and ``--vllm`` hand the same options to
 ``nox -s gate -- --vllm=SPEC``, which builds (or reuses) the environment and runs this command in it with
 ``--vllm-python``: one way to build environments, the nox sessions'.
 
-Exit status: 0 every tier passed; 1 the gate failed (a tier, the kernel floor, a vLLM that does not import);
-2 bad input (one line): no such interpreter, a wheel that is not vLLM, an unknown tier, no GPU for a GPU tier.
+Exit status: 0 every tier passed; 1 the gate failed (a tier, the kernel floor, a vLLM that does not import, a tier
+not judged); 2 bad input (one line): no such interpreter, a wheel that is not vLLM, an unknown tier, no GPU for a GPU
+tier, a diff tier without a base it can run.
 """
 
 from __future__ import annotations
@@ -43,8 +49,8 @@ from moegate.paths import REPORTS_DIR, ROOT, is_checkout
 from moegate.vllm.probe import TEST_PACKAGES, probe
 from moegate.vllm.wheels import NotAVllmWheel, vllm_wheel
 
-TIERS = ("dispatch", "kernels", "sweep")
-GPU_TIERS = ("kernels", "sweep")
+TIERS = ("dispatch", "kernels", "sweep", "diff")
+GPU_TIERS = ("kernels", "sweep", "diff")
 KERNEL_PREFIX = "tests.kernels"
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+([.+-][0-9A-Za-z.]+)?$")
 
@@ -69,6 +75,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-kernel-tests", type=int, default=1, help="kernel tests that must have executed (default 1)")
     p.add_argument("--sweep-cases", type=int, default=5000, help="cases of the sweep tier (default 5000)")
     p.add_argument("--sweep-json", type=Path, default=REPORTS_DIR / "kernel-sweep.json")
+    p.add_argument("--base-python", metavar="PATH", help="the base build (a Python or venv folder): the diff tier")
+    p.add_argument(
+        "--promise", choices=("identical", "equivalent"), default="identical", help="diff: what the PR promises"
+    )
+    p.add_argument("--diff-cases", type=int, default=300, help="cases of the diff tier (default 300)")
+    p.add_argument("--diff-json", type=Path, default=REPORTS_DIR / "kernel-diff.json")
     return p
 
 
@@ -81,10 +93,10 @@ def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return args, []
 
 
-def parse_tiers(text: str | None, cuda: bool) -> list[str]:
-    """The tiers asked for (or the default for a machine whose torch sees a CUDA GPU or not)."""
+def parse_tiers(text: str | None, cuda: bool, base: bool = False) -> list[str]:
+    """The tiers asked for (or the default for a machine whose torch sees a CUDA GPU or not, with a base or not)."""
     if text is None:
-        return ["dispatch", "kernels"] if cuda else ["dispatch"]
+        return (["dispatch", "kernels"] + (["diff"] if base else [])) if cuda else ["dispatch"]
     names = [t.strip() for t in text.split(",") if t.strip()]
     unknown = [n for n in names if n not in TIERS]
     if not names or unknown:
@@ -94,13 +106,33 @@ def parse_tiers(text: str | None, cuda: bool) -> list[str]:
     return [t for t in TIERS if t in names]
 
 
-def interpreter(path: str) -> str:
-    """``--vllm-python``: a Python, or a venv folder (its ``bin/python``), that runs."""
+def interpreter(path: str, flag: str = "--vllm-python") -> str:
+    """``--vllm-python`` (or ``flag``): a Python, or a venv folder (its ``bin/python``), that runs."""
     given = Path(path).expanduser()
     py = given / "bin" / "python" if given.is_dir() else given
     if not (py.is_file() and os.access(py, os.X_OK)):
-        raise GateInputError(f"--vllm-python {path}: no such interpreter")
+        raise GateInputError(f"{flag} {path}: no such interpreter")
     return str(py.absolute())
+
+
+def base_build(path: str | None, tiers: list[str]) -> str | None:
+    """The base build the diff tier compares with, asked up front as the PR's is; ``GateInputError`` (one line)."""
+    if "diff" not in tiers:
+        return None
+    if path is None:
+        raise GateInputError("tier diff compares this build with the PR's base: give the base as --base-python PATH")
+    base = interpreter(path, "--base-python")
+    found = probe(base, ROOT)
+    if not found.imports:
+        raise GateInputError(f"--base-python {base}: vLLM does not import there ({found.error}): diff cannot run it")
+    if not found.cuda:
+        raise GateInputError(f"tier diff needs a CUDA GPU, and torch in the base build {base} sees none")
+    return base
+
+
+def tier_result(name: str, status: int) -> tuple[str, bool, str]:
+    """A tier command's exit status as the verdict reads it: 2 is a tier not judged, which is no PASS."""
+    return name, status == 0, "exit 2: not judged" if status == 2 else f"exit {status}"
 
 
 def nox_command(opts: argparse.Namespace, argv: Sequence[str]) -> list[str]:
@@ -161,10 +193,11 @@ def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
             f"{python} -m pip install {' '.join(TEST_PACKAGES)}"
         )
     label = opts.label or f"vLLM {found.version}"
-    tiers = parse_tiers(opts.tiers, bool(found.cuda))
+    tiers = parse_tiers(opts.tiers, bool(found.cuda), opts.base_python is not None)
     gpu = [t for t in tiers if t in GPU_TIERS]
     if gpu and not found.cuda:
         raise GateInputError(f"tier {gpu[0]} needs a CUDA GPU, and torch in {python} sees none")
+    base = base_build(opts.base_python, tiers)
     _say(
         f"build {label} ({python}{'' if label.endswith(str(found.version)) else f', vLLM {found.version}'}); tiers {', '.join(tiers)}"
     )
@@ -187,6 +220,11 @@ def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
         cmd = [python, "-m", "moegate.kernels.sweep", f"--cases={opts.sweep_cases}", "--workers=auto", "--seed=0"]
         status = subprocess.run([*cmd, f"--json={opts.sweep_json}"], cwd=ROOT, check=False).returncode
         results.append(("sweep", status == 0, f"exit {status}"))
+    if base is not None:
+        opts.diff_json.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [python, "-m", "moegate", "diff", f"--base-python={base}", f"--pr-python={python}"]
+        cmd += [f"--promise={opts.promise}", f"--cases={opts.diff_cases}", "--seed=0", f"--json={opts.diff_json}"]
+        results.append(tier_result("diff", subprocess.run(cmd, cwd=ROOT, check=False).returncode))
     ok = all(good for _, good, _ in results)
     parts = "; ".join(f"{name} {'ok' if good else 'FAIL'} ({why})" for name, good, why in results)
     _say(f"{'PASS' if ok else 'FAIL'}: {label}: {parts}")
@@ -208,8 +246,8 @@ def kernel_floor(junit: Path, minimum: int) -> tuple[str, bool, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     own, pytest_args = split_pytest_args(sys.argv[1:] if argv is None else argv)
     opts = parser().parse_args(own)
-    if opts.min_kernel_tests < 0 or opts.sweep_cases < 1:
-        print("moegate gate: --min-kernel-tests must be >= 0 and --sweep-cases >= 1", file=sys.stderr)
+    if opts.min_kernel_tests < 0 or opts.sweep_cases < 1 or opts.diff_cases < 1:
+        print("moegate gate: --min-kernel-tests must be >= 0, --sweep-cases and --diff-cases >= 1", file=sys.stderr)
         return 2
     try:
         if opts.vllm_python is None:
