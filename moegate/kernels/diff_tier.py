@@ -165,15 +165,20 @@ class Runs:
 
 def run_builds(
     base: str, pr: str, cases: list[tuple[MoECase, str]] | None, *, n: int, seed: int, runs: int, budget_s: float,
-    say: Callable[[str], None], runner: Callable[..., Runner] = DiffRunner,
+    say: Callable[[str], None], runner: Callable[..., Runner] | None = None,
 ) -> Runs:  # fmt: skip
     """Start both builds, feed them the same cases (``cases``, or ``runs`` draws of ``n`` from ``seed`` on), pair.
 
-    ``runner(reference=...)`` is what each worker runs (a module-level callable: the unit tier passes a stand-in).
+    ``runner(reference=...)`` is what each worker runs, ``DiffRunner`` by default (a module-level callable: the unit
+    tier passes a stand-in).
     """
+    runner = runner or DiffRunner
     pythons = {"base": python_version(base), "pr": python_version(pr)}
     if pythons["base"] != pythons["pr"]:
-        raise NotJudged(f"the base build runs Python {pythons['base']} and the PR build {pythons['pr']}: one Python")
+        raise NotJudged(
+            f"the base build runs Python {pythons['base']} and the PR build Python {pythons['pr']}: "
+            "the tier compares builds of one Python"
+        )
     cache, _ = triton_cache_dir(None, os.environ)
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # both builds' workers inherit it: one cache
     threads = max(1, (os.cpu_count() or 2) // 2)

@@ -25,9 +25,10 @@ raises the RMS error by a factor of at least ``ONE_ROUNDING = sqrt(1 + 1 / BUDGE
 budget is largest, and by up to ``sqrt(2)`` where the kernel rounds only its output. A harmless change leaves
 the ratio at 1 (or below). ``MIN_RATIO`` is the geometric midpoint of the two, ``sqrt(ONE_ROUNDING) = 1.019``:
 a case counts as worse only when its error grew by more than half (in the logarithm) of what the least
-visible extra rounding does. On the CPU emulation of the kernel's epilogue in ``tests/unit/kernels/
-test_differential_power.py`` one extra rounding puts 70-100 % of cases past it (the fewer output elements, the
-noisier a case's error, the fewer), a reversed top-k summation 0-45 %.
+visible extra rounding does. On the CPU emulation of the kernel in ``tests/unit/kernels/
+test_differential_power.py`` (bfloat16 and float16, 128-4,096 output elements a case) one extra rounding puts
+about 90 % of cases past it (median ratio 1.05), a reversed top-k sum about 15 % (median 1.00), silu-and-mul
+in float32 about 5 % (median 0.92).
 
 No vLLM import: the unit tier runs this on a CPU.
 """
@@ -326,9 +327,11 @@ def judge(
         )
     else:
         judged = sum(t.testable for t in tests)
-        scope = "" if promise == "equivalent" else f"; {len(tested)} cases on nondeterministic paths"
-        v.reason = (
-            f"{paired} cases paired{'' if promise == 'equivalent' else ', the deterministic ones bit for bit equal'}"
-            f"{scope}; {judged} group(s) tested, none worse than the base beyond {ratio:.3f}x"
-        )
+        tested_line = f"{judged} group(s) tested, none worse than the base beyond {ratio:.3f}x"
+        if promise == "equivalent":
+            v.reason = f"{paired} cases paired; {tested_line}"
+        else:
+            same = paired - len(tested)
+            v.reason = f"{paired} cases paired: {same} on deterministic paths, each equal to the base bit for bit"
+            v.reason += f"; {len(tested)} on nondeterministic ones: {tested_line}" if tested else ""
     return v

@@ -73,7 +73,7 @@ class DiffStandIn:
     """A differential-tier worker on a CPU: the build's stand-in ``fused_experts``, the tier's payload."""
 
     def __init__(self, reference: bool) -> None:
-        from vllm.model_executor.layers.fused_moe import fused_moe  # type: ignore[import-not-found]  # the build's
+        from vllm.model_executor.layers.fused_moe import fused_moe  # the build's stand-in (its site): no vLLM here
 
         self.fm = fused_moe
         self.reference = reference
