@@ -226,6 +226,7 @@ def run_builds(
             result.seeds.append(seed + run)
             result.drawn.append(len(cases) if cases is not None else n)
             result.seconds.append(time.perf_counter() - began)  # the feeding; the last run's tail is in finish
+            say(f"seed {seed + run}: {result.drawn[-1]} cases fed to both builds in {result.seconds[-1]:.1f} s")
         _finished(base_pool, "base")
         _finished(pr_pool, "pr")
     return result
