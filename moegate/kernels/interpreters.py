@@ -5,7 +5,7 @@ imported at its start. The differential tier runs one pool of kernel workers (``
 the base's interpreter and one in the PR's, fed by one parent. Python's ``multiprocessing`` can spawn a child
 in another executable (``set_executable``), but it hands the child the parent's ``sys.path`` and ``__main__``,
 which would shadow the build's own packages with the parent's; ``spawning_in`` gives the child its own path
-instead, behind the directory this moegate imports from, so both sides run one moegate and each its own vLLM.
+instead, behind the checkout this moegate imports from, so both sides run one moegate and each its own vLLM.
 Both interpreters must be the same Python (major.minor): the queues pickle between them.
 """
 
@@ -27,8 +27,11 @@ class InterpreterError(RuntimeError):
     """An interpreter that cannot be asked for its path: one line."""
 
 
-CODE_ROOT = str(Path(moegate.__file__).resolve().parent.parent)
-"""The directory this process imports moegate from: first on a foreign worker's path, so both sides run one moegate."""
+_ABOVE = Path(moegate.__file__).resolve().parent.parent
+CODE_ROOT = str(_ABOVE) if (_ABOVE / "pyproject.toml").is_file() else None
+"""The checkout this process imports moegate from: first on a foreign worker's path, so both sides run one moegate.
+None where moegate is installed (its folder is a site-packages, whose other packages must not shadow the build's):
+the worker then imports the moegate its build has."""
 
 
 @cache
@@ -55,7 +58,7 @@ def spawning_in(python: str | None) -> Iterator[None]:
     if python is None:
         yield
         return
-    child_path = [CODE_ROOT, *(p for p in _own_path(python) if p != CODE_ROOT)]
+    child_path = ([CODE_ROOT] if CODE_ROOT else []) + [p for p in _own_path(python) if p != CODE_ROOT]
     prepare, executable = spawn.get_preparation_data, spawn.get_executable()
 
     def preparation(name: str) -> dict[str, Any]:
