@@ -94,7 +94,11 @@ NONDETERMINISTIC: tuple[Nondeterministic, ...] = (
         _cuda_wna16,
     ),
 )
-"""Every nondeterministic path the tier knows, in one place: judged as ``equivalent`` under either promise."""
+"""Every nondeterministic path the tier knows, in one place: judged as ``equivalent`` under either promise.
+
+Not on the list: ``moe_align_block_size`` places each expert's tokens in its blocks with ``atomicAdd``, so a row's
+place in a block varies, but a row's products do not depend on its place (the kernel tier's naive == sorted
+property, bit for bit, rests on the same fact)."""
 
 
 def nondeterministic(case: MoECase, entrypoint: str) -> str | None:
