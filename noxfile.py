@@ -140,9 +140,10 @@ def leg_builds(session: nox.Session) -> None:
     if rest or not {"tier", "pr", "json"} <= set(opts) or opts["tier"] not in ("kernels", "e2e", "ab"):
         session.error("nox -s builds -- --tier=kernels|e2e|ab --pr=SPEC [--base=SPEC] [--model=NAME|DIR] --json=FILE")
     found: dict[str, object] = {"pr": builds.build_python(session, opts["pr"]), "pr_label": opts["pr"]}
-    if opts["tier"] != "kernels":
+    if opts["tier"] != "kernels" or "base" in opts:  # a kernels leg's base: its differential tier
         base = opts.get("base", opts["pr"])
         found.update(base=builds.build_python(session, base), base_label=base)
+    if opts["tier"] != "kernels":
         name = opts.get("model", "random")
         named = {"random": lambda: builds.tiny_model(session, str(found["base"])), "trained": builds.trained_model}
         found["models"] = {name: str(named[name]()) if name in named else name}

@@ -4,6 +4,7 @@
     moegate e2e run --base PY --pr PY --model DIR ...   the e2e comparison of two builds
     moegate ab --base-python PY --pr-python PY ...      the A/B (decode time) of two builds
     moegate sweep [--cases N] ...                       the kernel sweep (a CUDA GPU)
+    moegate diff --base-python PY --pr-python PY ...    the differential kernel tier (a CUDA GPU)
     moegate preflight [--json FILE] ...                 can this runner run the GPU tiers?
     moegate fetch-gsm8k [--dir DIR]                     GSM8K from its authors, sha256-checked
     moegate repro '<case json>' / moegate spec '<case json>'
@@ -33,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("moegate.kernels.sweep", "the kernel sweep: generated cases in worker processes on a CUDA GPU"),
     "preflight": ("moegate.preflight.cli", "check and measure this runner: GPU, PCIe, UVA read bandwidth, pinnable memory, disk"),
     "fetch-gsm8k": ("moegate.cli.fetch_gsm8k", "download GSM8K from its authors' repository and check its sha256"),
+    "diff": ("moegate.kernels.diff_tier", "the differential kernel tier: a base build against a PR's on the same cases (a CUDA GPU)"),
     "repro": ("moegate.cli.repro", "run one reported case through the installed vLLM and compare with the spec"),
     "spec": ("moegate.cli.spec", "print the path the spec requires for a case"),
     "census": ("moegate.cli.census", "the census of vLLM's MoE configurations; `census paths`: the paths a CI filter watches"),
@@ -50,6 +52,7 @@ EXTRAS = {
     "power": "power",
     "repro": "vllm",
     "offload-truth": "vllm",
+    "diff": "vllm",
 }
 """Subcommand -> the extra of pyproject.toml whose packages its module imports (a bare install has none of them)."""
 

@@ -4,7 +4,8 @@
                                       checkout installed editable into one (pip install -e .); nothing is installed
     moegate gate --wheel FILE         a vLLM wheel: nox builds an environment for it once (tooling/nox_builds.py)
     moegate gate --vllm VERSION       a vLLM release: the same, from the package registry
-        [--tiers dispatch,kernels,sweep] [--junit FILE] [--min-kernel-tests N] [--sweep-cases N] [-- PYTEST_ARGS]
+        [--tiers dispatch,kernels,sweep,diff] [--base-python PATH [--promise identical|equivalent] [--diff-cases N]]
+        [--junit FILE] [--min-kernel-tests N] [--sweep-cases N] [-- PYTEST_ARGS]
 
 Runs from a moegate checkout (the tests live there). The build is asked first, in a process of its own, whether vLLM
 imports (``moegate.vllm.probe``): where it does not, the gate FAILS with one line naming the build and the import's
@@ -15,10 +16,14 @@ the build (``MOEGATE_REQUIRE_VLLM=1``):
 - ``kernels`` (``tests/kernels``): outputs against the torch reference, on a CUDA GPU; at least
   ``--min-kernel-tests`` of them must have executed (read from the JUnit report), so a tier that skipped everything
   is red;
-- ``sweep``: ``moegate sweep`` over ``--sweep-cases`` generated cases in worker processes.
+- ``sweep``: ``moegate sweep`` over ``--sweep-cases`` generated cases in worker processes;
+- ``diff``: ``moegate diff``, the differential kernel tier: the base build (``--base-python``) against this one on
+  ``--diff-cases`` generated cases, judged by the promise the PR makes (``--promise``; ``moegate.kernels.
+  diff_tier``). A tier it could not judge (builds it cannot compare) exits 2 there and is a FAIL here.
 
-The default is ``dispatch``, plus ``kernels`` where the build's torch sees a CUDA GPU; asking for ``kernels`` or
-``sweep`` where it sees none is one line and exit 2. ``--wheel`` and ``--vllm`` hand the same options to
+The default is ``dispatch``, plus ``kernels`` where the build's torch sees a CUDA GPU (and ``diff`` where a base is
+given); asking for ``kernels``, ``sweep`` or ``diff`` where it sees none is one line and exit 2, and so is ``diff``
+without a base, or with a base whose vLLM does not import or whose torch sees no CUDA GPU. ``--wheel`` and ``--vllm`` hand the same options to
 ``nox -s gate -- --vllm=SPEC``, which builds (or reuses) the environment and runs this command in it with
 ``--vllm-python``: one way to build environments, the nox sessions'.
 
@@ -36,7 +41,8 @@ and the ``moegate repro`` command that reproduces it.
 
 Exit status: 0 every tier passed; 1 the gate failed (a tier, the kernel floor, a vLLM that does not import);
 2 bad input (one line, no page): no such interpreter, a wheel that is not vLLM, an unknown tier, no GPU for a GPU
-tier; 3 a runner fault, twice.
+tier, a diff tier without a base it can run; 3 a runner fault, twice. A diff tier that is not
+judged (exit 2 from ``moegate diff``: builds it cannot compare) is a FAIL, never a pass.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ from moegate.vllm.probe import TEST_PACKAGES, probe
 from moegate.vllm.wheels import NotAVllmWheel, vllm_wheel
 
 TIERS = GATE_TIERS
-GPU_TIERS = ("kernels", "sweep")
+GPU_TIERS = ("kernels", "sweep", "diff")
 KERNEL_PREFIX = "tests.kernels"
 RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+([.+-][0-9A-Za-z.]+)?$")
 
@@ -97,6 +103,12 @@ def parser() -> argparse.ArgumentParser:
         "--fault-wait-s", type=float, default=DEFAULT_WAIT_S,
         help=f"before the retry of a runner fault, wait at most this long for other processes to leave the GPU (default {DEFAULT_WAIT_S:g})",
     )  # fmt: skip
+    p.add_argument("--base-python", metavar="PATH", help="the base build (a Python or venv folder): the diff tier")
+    p.add_argument(
+        "--promise", choices=("identical", "equivalent"), default="identical", help="diff: what the PR promises"
+    )
+    p.add_argument("--diff-cases", type=int, default=300, help="cases of the diff tier (default 300)")
+    p.add_argument("--diff-json", type=Path, default=REPORTS_DIR / "kernel-diff.json")
     return p
 
 
@@ -109,10 +121,10 @@ def split_pytest_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return args, []
 
 
-def parse_tiers(text: str | None, cuda: bool) -> list[str]:
-    """The tiers asked for (or the default for a machine whose torch sees a CUDA GPU or not)."""
+def parse_tiers(text: str | None, cuda: bool, base: bool = False) -> list[str]:
+    """The tiers asked for (or the default for a machine whose torch sees a CUDA GPU or not, with a base or not)."""
     if text is None:
-        return ["dispatch", "kernels"] if cuda else ["dispatch"]
+        return (["dispatch", "kernels"] + (["diff"] if base else [])) if cuda else ["dispatch"]
     try:
         names = parse_tier_list(text, TIERS, where="--tiers")
     except UnknownInput as exc:  # the one vocabulary every door refuses alike (moegate/core/tiers.py)
@@ -120,13 +132,28 @@ def parse_tiers(text: str | None, cuda: bool) -> list[str]:
     return [t for t in TIERS if t in names]
 
 
-def interpreter(path: str) -> str:
-    """``--vllm-python``: a Python, or a venv folder (its ``bin/python``), that runs."""
+def interpreter(path: str, flag: str = "--vllm-python") -> str:
+    """``--vllm-python`` (or ``flag``): a Python, or a venv folder (its ``bin/python``), that runs."""
     given = Path(path).expanduser()
     py = given / "bin" / "python" if given.is_dir() else given
     if not (py.is_file() and os.access(py, os.X_OK)):
-        raise GateInputError(f"--vllm-python {path}: no such interpreter")
+        raise GateInputError(f"{flag} {path}: no such interpreter")
     return str(py.absolute())
+
+
+def base_build(path: str | None, tiers: list[str]) -> str | None:
+    """The base build the diff tier compares with, asked up front as the PR's is; ``GateInputError`` (one line)."""
+    if "diff" not in tiers:
+        return None
+    if path is None:
+        raise GateInputError("tier diff compares this build with the PR's base: give the base as --base-python PATH")
+    base = interpreter(path, "--base-python")
+    found = probe(base, ROOT)
+    if not found.imports:
+        raise GateInputError(f"--base-python {base}: vLLM does not import there ({found.error}): diff cannot run it")
+    if not found.cuda:
+        raise GateInputError(f"tier diff needs a CUDA GPU, and torch in the base build {base} sees none")
+    return base
 
 
 def nox_command(opts: argparse.Namespace, argv: Sequence[str]) -> list[str]:
@@ -240,10 +267,11 @@ def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
             f"{python} -m pip install {' '.join(TEST_PACKAGES)}"
         )
     label = opts.label or f"vLLM {found.version}"
-    tiers = parse_tiers(opts.tiers, bool(found.cuda))
+    tiers = parse_tiers(opts.tiers, bool(found.cuda), opts.base_python is not None)
     gpu = [t for t in tiers if t in GPU_TIERS]
     if gpu and not found.cuda:
         raise GateInputError(f"tier {gpu[0]} needs a CUDA GPU, and torch in {python} sees none")
+    base = base_build(opts.base_python, tiers)
     _say(
         f"build {label} ({python}{'' if label.endswith(str(found.version)) else f', vLLM {found.version}'}); tiers {', '.join(tiers)}"
     )
@@ -271,6 +299,11 @@ def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
         opts.sweep_json.parent.mkdir(parents=True, exist_ok=True)
         cmd = [python, "-m", "moegate.kernels.sweep", f"--cases={opts.sweep_cases}", "--workers=auto", "--seed=0"]
         runs.append(_run_tier("sweep", [*cmd, f"--json={opts.sweep_json}"], dict(os.environ), None, opts.fault_wait_s))
+    if base is not None:
+        opts.diff_json.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [python, "-m", "moegate", "diff", f"--base-python={base}", f"--pr-python={python}"]
+        cmd += [f"--promise={opts.promise}", f"--cases={opts.diff_cases}", "--seed=0", f"--json={opts.diff_json}"]
+        runs.append(_run_tier("diff", cmd, dict(os.environ), None, opts.fault_wait_s))
     verdict = _verdict(runs)
     parts = "; ".join(f"{r.name} {'ok' if r.verdict == PASS else r.verdict} ({_why(r)})" for r in runs)
     _say(f"{verdict}: {label}: {parts}")
@@ -301,9 +334,10 @@ def kernel_floor(junit: Path, minimum: int) -> tuple[str, bool, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     own, pytest_args = split_pytest_args(sys.argv[1:] if argv is None else argv)
     opts = parser().parse_args(own)
-    if opts.min_kernel_tests < 0 or opts.sweep_cases < 1 or opts.fault_wait_s < 0:
+    if opts.min_kernel_tests < 0 or opts.sweep_cases < 1 or opts.diff_cases < 1 or opts.fault_wait_s < 0:
         print(
-            "moegate gate: --min-kernel-tests and --fault-wait-s must be >= 0 and --sweep-cases >= 1", file=sys.stderr
+            "moegate gate: --min-kernel-tests and --fault-wait-s must be >= 0, --sweep-cases and --diff-cases >= 1",
+            file=sys.stderr,
         )
         return 2
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 BUILD_INFO = "moegate_tiny_model.json"
@@ -31,6 +32,14 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 def text_sha256(text: str) -> str:
     """The hash goldens and result files keep instead of a data set's text (its UTF-8 bytes' sha256, hex)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def bytes_sha256(chunks: Iterable[bytes]) -> str:
+    """The sha256 of byte strings taken in order, hex: the differential kernel tier's input and output digests."""
+    h = hashlib.sha256()
+    for chunk in chunks:
+        h.update(chunk)
+    return h.hexdigest()
 
 
 def model_hash(model_dir: str | os.PathLike[str]) -> str:

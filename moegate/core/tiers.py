@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-GATE_TIERS = ("dispatch", "kernels", "sweep")
+GATE_TIERS = ("dispatch", "kernels", "sweep", "diff")
 """``moegate gate``: the path rule, the kernels' outputs (a CUDA GPU), the nightly sweep (a CUDA GPU)."""
 CI_TIERS = ("dispatch", "meta", "kernels", "e2e", "ab")
 """The reusable workflow's ``tiers`` input."""

@@ -29,6 +29,8 @@ class KernelResult:
     output: torch.Tensor
     closeness: Closeness
     systematic: Sample | None = None  # this call's part in the aggregate check (moegate.kernels.systematic)
+    tensors: CaseTensors | None = None  # the inputs the call ran on (views of the weight bank's tensors)
+    payload: dict[str, Any] | None = None  # what a worker sends back besides its tally (the differential tier's)
 
     def describe(self) -> str:
         return (
@@ -128,4 +130,4 @@ def _judged(case: MoECase, entrypoint: str, t: CaseTensors, obs: Any) -> KernelR
     else:
         closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant, case.activation)
     sample = sample_of(case, entrypoint, t, obs.output)
-    return KernelResult(case, entrypoint, obs.path, obs.output, closeness, sample)
+    return KernelResult(case, entrypoint, obs.path, obs.output, closeness, sample, t)

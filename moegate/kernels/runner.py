@@ -1,7 +1,11 @@
-"""What a kernel-sweep worker runs for each case: the real one (vLLM, run to the end and checked, ``VllmRunner``) or, in the unit tier, a stand-in with the same face (``Runner``)."""
+"""What a kernel-sweep worker runs for each case: the real one (vLLM, run to the end and checked, ``VllmRunner``; the
+differential tier's ``DiffRunner`` adds what the two builds are compared on) or, in the unit tier, a stand-in with
+the same face (``Runner``)."""
 
 from __future__ import annotations
 
+import platform
+import sys
 from typing import Any, Protocol
 
 from moegate.core.case import MoECase
@@ -61,3 +65,35 @@ class VllmRunner:
             "weights_device": self.bank.device_bytes,
             "weights_pinned": self.bank.host_bytes,
         }
+
+
+class DiffRunner(VllmRunner):
+    """One build's side of the differential tier (``moegate.kernels.diff_tier``): ``run_checked``, then the payload.
+
+    The payload (``moegate.kernels.differential.payload``) carries the output, the path and a digest of every
+    input; the base's worker (``reference=True``) adds the fp32 torch reference, so both builds' errors are
+    taken against one reference computed in one place. ``info`` adds what decides whether two builds compare:
+    the Python they run and the GPU they see.
+    """
+
+    def __init__(self, reference: bool) -> None:
+        super().__init__()
+        import torch
+
+        from moegate.kernels.differential import Fingerprints  # imports torch at its top
+
+        self.reference = reference
+        self.fingerprints = Fingerprints()
+        major, minor = torch.cuda.get_device_capability()
+        self.info.update(
+            python=platform.python_version(),
+            executable=sys.executable,
+            device=f"{torch.cuda.get_device_name()} (sm_{major}{minor})",
+        )
+
+    def run(self, case: MoECase, entrypoint: str, clock: StageClock | None) -> KernelResult:
+        from moegate.kernels.differential import payload  # imports torch at its top
+
+        result = super().run(case, entrypoint, clock)
+        result.payload = payload(result, self.fingerprints, self.reference)
+        return result

@@ -24,6 +24,12 @@ The runner is a parameter (a module-level callable the spawned worker imports), 
 the unit tier drives these same processes with a stand-in runner on a CPU
 (``moegate.kernels.runner``). The bookkeeping is ``moegate.kernels.tally``; how many
 workers fit and the shared Triton cache, ``moegate.kernels.resources``.
+
+A pool's workers may run in another interpreter than the parent's (``python``: a build, as the
+differential tier runs one pool in the base's and one in the PR's): spawned with that executable
+and that interpreter's own ``sys.path`` (``moegate.kernels.interpreters`` says why), importing moegate from the
+directory the parent imports it from. A case's result may carry a payload for the parent
+(``KernelResult.payload``), handed to ``Pool.on_payload`` as it arrives.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import Any, Self
 
 from moegate.core.case import MoECase
 from moegate.kernels.check import StageClock
+from moegate.kernels.interpreters import spawning_in
 from moegate.kernels.runner import Runner
 from moegate.kernels.tally import Pass, Tally, WorkerReport, merge, profile_top
 
@@ -90,7 +97,7 @@ def worker_main(
             running = None
             tally.add(case, entrypoint, r)
             ran.append(item)
-            results.put(("case", index, not r.closeness.ok))
+            results.put(("case", index, not r.closeness.ok, r.payload))
         stages = dict(clock.seconds) if clock is not None else {}
         report = WorkerReport(index, tally, time.perf_counter() - start, stages, runner.memory())
         results.put(("done", index, report))
@@ -162,10 +169,13 @@ class Pool:
     Use as a context manager: leaving it aborts and reaps any worker still running.
     """
 
-    def __init__(self, workers: int, runner_factory: Callable[[], Runner], options: Options) -> None:
+    def __init__(
+        self, workers: int, runner_factory: Callable[[], Runner], options: Options, python: str | None = None
+    ) -> None:
         ctx = mp.get_context("spawn")
         self.n = workers
         self.options = options
+        self.python = python  # the interpreter the workers run in (a build's); None: this one
         self._work = ctx.Queue(maxsize=2 * workers)  # a little ahead of the workers, so a budget stop is prompt
         self._results = ctx.Queue()
         self._go, self._replay, self._abort = ctx.Event(), ctx.Event(), ctx.Event()
@@ -178,6 +188,7 @@ class Pool:
             for i in range(workers)
         ]
         self.on_case: Callable[[bool], None] = lambda failed: None
+        self.on_payload: Callable[[dict[str, Any]], None] = lambda payload: None
         self.on_ready: Callable[[], None] = lambda: None
         self.info: dict[int, dict[str, Any]] = {}
         self.errors: dict[int, str] = {}
@@ -196,8 +207,17 @@ class Pool:
 
     def start(self) -> dict[int, dict[str, Any]]:
         """Start every worker and wait until each is ready (its ``info``) or has failed (``WorkerFailed``)."""
-        for proc in self._procs:
-            proc.start()
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start every worker without waiting for it (several pools then start up side by side)."""
+        with spawning_in(self.python):
+            for proc in self._procs:
+                proc.start()
+
+    def wait_ready(self) -> dict[int, dict[str, Any]]:
+        """Wait until every launched worker is ready (its ``info``) or has failed (``WorkerFailed``)."""
         while len(self.info) + len(self.errors) < self.n:
             self._pump(0.5)
         if self.errors:
@@ -307,6 +327,8 @@ class Pool:
         kind, index = msg[0], msg[1]
         if kind == "case":
             self.on_case(msg[2])
+            if msg[3] is not None:
+                self.on_payload(msg[3])
         elif kind == "ready":
             self.info[index] = msg[2]
             self.on_ready()

@@ -18,8 +18,10 @@ leg passes is here, and only here:
   ``START_DISK_GIB`` free for them; then in the PR build, torch's view of the GPU, the measured UVA read bandwidth
   (its JSON goes to the A/B) and the pinned host memory the leg's tiers will load (``--model`` for the models the leg
   serves, ``KERNEL_PINNED_GIB`` for a kernels leg), with ``RUN_DISK_GIB`` left for the runs.
-- **kernels** (``moegate gate --tiers dispatch,kernels[,sweep]``): the PR build; at least ``--min-kernel-tests``
-  kernel tests executed; its page ``REPORTS/gate.md`` (first line ``# moegate gate: kernels leg: VERDICT``).
+- **kernels** (``moegate gate --tiers dispatch,kernels[,sweep][,diff]``): the PR build; at least
+  ``--min-kernel-tests`` kernel tests executed; where the builds file names a base, the differential tier against it
+  (``--base-python``), judged by ``--promise``; its page ``REPORTS/gate.md`` (first line
+  ``# moegate gate: kernels leg: VERDICT``).
 - **e2e** (``moegate e2e run``): both gates on one model, the GPU flags of ``tooling/serving.py`` (experts
   UVA-offloaded), GSM8K's 250 questions once a build (``E2E_OPTIONS``: the configuration the H200 measured at
   408-455 s a pair, ``results/e2e-h200-scored.md``), judged by the promise the PR makes (``--promise``, the
@@ -145,7 +147,8 @@ def preflight_command(opts: argparse.Namespace, builds: dict[str, object] | None
 
 def kernels_command(opts: argparse.Namespace, builds: dict[str, object]) -> list[str]:
     pr = _need(builds, "pr", "kernels")
-    tiers = "dispatch,kernels" + (",sweep" if opts.sweep_cases else "")
+    base = builds.get("base")
+    tiers = "dispatch,kernels" + (",sweep" if opts.sweep_cases else "") + (",diff" if base else "")
     cmd = [
         pr,
         "-m",
@@ -159,6 +162,12 @@ def kernels_command(opts: argparse.Namespace, builds: dict[str, object]) -> list
     cmd += [f"--min-kernel-tests={opts.min_kernel_tests}"]
     if opts.sweep_cases:
         cmd += [f"--sweep-cases={opts.sweep_cases}", f"--sweep-json={opts.reports / 'kernel-sweep.json'}"]
+    if base:
+        cmd += [
+            f"--base-python={base}",
+            f"--promise={opts.promise}",
+            f"--diff-json={opts.reports / 'kernel-diff.json'}",
+        ]
     return cmd
 
 
@@ -205,9 +214,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-kernel-tests", type=int, default=1)
     p.add_argument("--sweep-cases", type=int, default=0, help="kernels: also sweep this many cases (0: no sweep)")
     p.add_argument("--gsm8k-dir", default=None, help="e2e: GSM8K's folder (default: $MOEGATE_GSM8K_DIR)")
-    p.add_argument(
-        "--promise", default="identical", help="e2e: what the PR promises, identical or equivalent (moegate e2e checks)"
-    )
+    p.add_argument("--promise", default="identical", help="e2e, kernels: what the PR promises, identical or equivalent")
     p.add_argument("--preflight", type=Path, help="ab: the preflight JSON (its measured UVA read bandwidth)")
     gate = p.add_mutually_exclusive_group()
     gate.add_argument(

@@ -36,6 +36,10 @@ variable: the bug belongs to the build), and a ``.pth`` line that imports it at 
 - ``reround-attn=K`` (harmless): the same on the attention block's output;
 - ``workspace=G``: the fused-MoE experts allocate ``G`` GiB of workspace on every call: more than the GPU has, the
   build's own out-of-memory error (``tools/gpu/faults.sh``).
+- inside the fused-MoE experts, for the differential kernel tier (``plant_experts.py``, copied beside the plant):
+  ``moe-reround=K`` (one more rounding of every output element: a loss of accuracy the tier must catch; a power of
+  two is bit-identical), and the harmless ``topk-order=reverse`` (each token's experts summed in another order) and
+  ``act-fp32=silu`` (silu-and-mul redone in float32, one rounding).
 
 A build with a bug compiles into a cache of its own (``VLLM_CACHE_ROOT`` is ``DEST/vllm-cache`` unless set): vLLM
 keys its ``torch.compile`` cache by config and source files, so a bug's build sharing the default cache can load
@@ -65,17 +69,21 @@ RECORD = "moegate-build.json"
 PATHS_MODULE = "_moegate_build_paths"  # its .pth sorts before the plant's
 PLANT_MODULE = "moegate_planted"
 PLANT_SOURCE = Path(__file__).with_name("plant.py")
+PLANT_EXPERTS = "moegate_planted_experts"  # plant.py imports it, so it is copied beside it
+PLANT_EXPERTS_SOURCE = Path(__file__).with_name("plant_experts.py")
 _SEARCH_PATH_VARIABLES = ("PYTHON" + "PATH", "PYTHON" + "HOME")  # spelled so the tree stays free of the name
 _PROBE = "import json, sys, sysconfig; print(json.dumps([sys.path, sysconfig.get_path('purelib')]))"
 
 
-FACTOR_KINDS = ("naive-scale", "naive-top1", "naive-host-top1", "reround", "reround-attn")
+FACTOR_KINDS = ("naive-scale", "naive-top1", "naive-host-top1", "reround", "reround-attn", "moe-reround")
 """Kinds whose value is one factor, kept in the config as ``factor``."""
 KINDS = (
     "scale=F, weights=F, expert=SRC:DST, renorm=off, uva=noop|back, naive-scale=F, naive-top1=F, naive-host-top1=F,"
-    " swap-top1=LO-HI, reround=K, reround-attn=K or workspace=G"
+    " swap-top1=LO-HI, reround=K, reround-attn=K, workspace=G, moe-reround=K, topk-order=reverse or act-fp32=silu"
 )
-HARMLESS = ("reround", "reround-attn")
+FIXED_KINDS = {"topk-order": "reverse", "act-fp32": "silu"}
+"""Kinds with one value each (the experts' harmless re-implementations)."""
+HARMLESS = ("reround", "reround-attn", "topk-order", "act-fp32")
 """Kinds that change roundings only, not the mathematics: a harmless change, for the ``equivalent`` promise."""
 
 
@@ -129,6 +137,10 @@ def parse_bug(spec: str) -> dict[str, Any]:
         if value not in ("noop", "back"):
             raise BuildError(f"--bug {spec!r}: the offload bugs are uva=noop and uva=back")
         return {"spec": spec, "kind": "uva", "uva": value}
+    if kind in FIXED_KINDS:
+        if value != FIXED_KINDS[kind]:
+            raise BuildError(f"--bug {spec!r}: {kind} has one form, {kind}={FIXED_KINDS[kind]}")
+        return {"spec": spec, "kind": kind, kind: value}
     if kind == "renorm":
         if value != "off":
             raise BuildError(f"--bug {spec!r}: the renormalisation bug is renorm=off")
@@ -191,6 +203,7 @@ def make_build(
         (site_packages / f"{PATHS_MODULE}.pth").write_text(f"import {PATHS_MODULE}\n", encoding="utf-8")
         if config is not None:
             shutil.copyfile(PLANT_SOURCE, site_packages / f"{PLANT_MODULE}.py")
+            shutil.copyfile(PLANT_EXPERTS_SOURCE, site_packages / f"{PLANT_EXPERTS}.py")
             (site_packages / f"{PLANT_MODULE}.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
             (site_packages / f"{PLANT_MODULE}.pth").write_text(f"import {PLANT_MODULE}\n", encoding="utf-8")
         record = {"python": found, "sites": site_dirs, "paths": extra, "bug": config if bug is not None else None}

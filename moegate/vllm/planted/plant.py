@@ -46,6 +46,8 @@ the build then reports, as a dev build would: no numerics change):
 - ``workspace``: the fused-MoE experts (``fused_experts`` and ``TritonExperts.apply``) allocate ``gib`` GiB of
   workspace on the weights' device on every call, as a pull request that sizes a buffer by a wrong formula would:
   larger than the GPU, it is the build's own out-of-memory error (``moegate.core.faults`` must read it FAIL).
+- ``moe-reround`` (a loss of accuracy), ``topk-order`` and ``act-fp32`` (harmless): inside the fused-MoE experts,
+  for the differential kernel tier (``plant_experts.py``, copied beside this file).
 
 Every patched function is a plain Python wrapper without any data-dependent branch: under CUDA-graph
 capture the condition on the call's shape is decided once per captured size, as vLLM's own code does.
@@ -62,6 +64,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import moegate_planted_experts  # plant_experts.py, copied beside this file: the plants inside the fused-MoE experts
 
 CONFIG: dict[str, Any] = json.loads(Path(__file__).with_suffix(".json").read_text(encoding="utf-8"))
 VERSION = "vllm.version"
@@ -356,6 +360,7 @@ PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
     "reround": {QWEN3_MOE: _reround},
     "reround-attn": {QWEN3_MOE: _reround_attn},
     "workspace": {FUSED_MOE: _workspace, TRITON_MOE: _workspace},
+    **moegate_planted_experts.patches(CONFIG),
 }
 """Patches by bug: its kind, or kind=value where the value picks a different patch."""
 

@@ -159,7 +159,7 @@ def test_a_step_given_an_unknown_tier_refuses_it_in_one_line_and_runs_no_tier(tm
     proc, recorded, _ = run_step(step, tmp_path, MOEGATE_TIERS="dispatch,kernals")
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
-        "moegate gate: unknown tier 'kernals' in --tiers='dispatch,kernals'; known: dispatch, kernels, sweep"
+        "moegate gate: unknown tier 'kernals' in --tiers='dispatch,kernals'; known: dispatch, kernels, sweep, diff"
     ]
     assert not [r for r in recorded if isinstance(r, list) and r[1:3] == ["-m", "pytest"]]
 

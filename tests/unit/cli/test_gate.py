@@ -133,3 +133,40 @@ def test_the_kernel_floor_counts_executed_kernel_tests_and_quotes_the_first_skip
     assert not ok and why.startswith("0 kernel tests executed, at least 40 required: 47 collected, 47 skipped")
     assert why.endswith("; first skip: no CUDA GPU")
     assert gate.kernel_floor(tmp_path / "none.xml", 1)[1] is False
+
+
+def _gpu_build(tmp_path: Path, name: str, cuda: bool, vllm: str = "import torch\n__version__ = '0.33.0'\n") -> Path:
+    """A build whose stand-in torch sees a CUDA GPU or not, and whose stand-in vLLM runs ``vllm``."""
+    site = tmp_path / f"{name}-site"
+    torch = (
+        f"__version__ = '2.11.0'\n\nclass cuda:\n    @staticmethod\n    def is_available():\n        return {cuda}\n"
+    )
+    for package, init in (("torch", torch), ("vllm", vllm)):
+        (site / package).mkdir(parents=True)
+        (site / package / "__init__.py").write_text(init)
+    return make_build(tmp_path / name, sys.executable, sites=[str(site)])
+
+
+def test_the_diff_tier_needs_a_base_it_can_run_and_says_so_in_one_line_before_any_tier(tmp_path, capsys):
+    pr = _gpu_build(tmp_path, "pr", cuda=True)
+    assert gate.main(["--vllm-python", str(pr), "--tiers", "diff"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "moegate gate: tier diff compares this build with the PR's base: give the base as --base-python PATH"
+    ]
+    cpu_base = _gpu_build(tmp_path, "cpu-base", cuda=False)
+    assert gate.main(["--vllm-python", str(pr), "--tiers", "diff", "--base-python", str(cpu_base)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"moegate gate: tier diff needs a CUDA GPU, and torch in the base build {cpu_base} sees none"
+    ]
+    broken = _gpu_build(tmp_path, "broken-base", cuda=True, vllm="raise ImportError('no _C')\n")
+    assert gate.main(["--vllm-python", str(pr), "--tiers", "diff", "--base-python", str(broken)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"moegate gate: --base-python {broken}: vLLM does not import there (ImportError: no _C)")
+
+
+def test_a_tier_that_exits_2_is_read_as_a_failure_and_is_no_pass():
+    from moegate.core.faults import FAIL, Attempt, classify
+
+    assert classify(Attempt(2, (), "moegate diff: not judged: base and PR run different GPUs", ())).verdict == FAIL
+    assert gate.parse_tiers(None, cuda=True, base=True) == ["dispatch", "kernels", "diff"]
+    assert gate.parse_tiers(None, cuda=False, base=True) == ["dispatch"]

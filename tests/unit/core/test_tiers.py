@@ -17,7 +17,7 @@ def test_tiers_come_back_in_the_order_given_each_once():
         (
             "dispatch,kernals",
             tiers.GATE_TIERS,
-            "unknown tier 'kernals' in tiers='dispatch,kernals'; known: dispatch, kernels, sweep",
+            "unknown tier 'kernals' in tiers='dispatch,kernals'; known: dispatch, kernels, sweep, diff",
         ),
         (" , ", tiers.CI_TIERS, "tiers=' , ' names no tier; choose from dispatch, meta, kernels, e2e, ab"),
         ("e2e", tiers.BUILDKITE_TIERS, "unknown tier 'e2e' in tiers='e2e'; known: dispatch, kernels"),

@@ -46,11 +46,24 @@ def test_the_kernels_leg_is_moegate_gate_with_the_floor_and_the_sweep(tmp_path, 
     cmd = _command(tmp_path, "kernels", "--min-kernel-tests", "40", "--sweep-cases", "5000", capsys=capsys)
     assert cmd[:4] == ["/b/pr/bin/python", "-m", "moegate", "gate"]
     opts = gate_parser().parse_args(cmd[4:])
-    assert opts.vllm_python == "/b/pr/bin/python" and opts.tiers == "dispatch,kernels,sweep"
+    assert opts.vllm_python == "/b/pr/bin/python" and opts.tiers == "dispatch,kernels,sweep,diff"
     assert opts.min_kernel_tests == 40 and opts.sweep_cases == 5000 and opts.junit == tmp_path / "r" / "gate.xml"
     assert opts.page == tmp_path / "r" / "gate.md"  # beside the JUnit report: the verdict job reads its first line
     no_sweep = _command(tmp_path, "kernels", capsys=capsys)
-    assert gate_parser().parse_args(no_sweep[4:]).tiers == "dispatch,kernels"
+    assert gate_parser().parse_args(no_sweep[4:]).tiers == "dispatch,kernels,diff"
+
+
+def test_the_kernels_leg_runs_the_differential_tier_against_the_base_by_the_prs_promise(tmp_path, capsys):
+    cmd = _command(tmp_path, "kernels", "--promise", "equivalent", capsys=capsys)
+    opts = gate_parser().parse_args(cmd[4:])
+    assert opts.base_python == "/b/base/bin/python" and opts.promise == "equivalent"
+    assert opts.diff_json == tmp_path / "r" / "kernel-diff.json"
+    builds = json.loads(_builds(tmp_path).read_text())
+    del builds["base"]
+    (tmp_path / "no-base.json").write_text(json.dumps(builds))
+    assert gpu_leg.main(["kernels", "--builds", str(tmp_path / "no-base.json"), "--dry-run"]) == 0
+    alone = gate_parser().parse_args(shlex.split(capsys.readouterr().out.split(": $ ", 1)[1])[4:])
+    assert alone.tiers == "dispatch,kernels" and alone.base_python is None
 
 
 @pytest.mark.skipif(not (GSM8K / "test.jsonl").is_file(), reason=f"needs GSM8K's published files in {GSM8K}")
