@@ -19,6 +19,9 @@ imported.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import hashlib
+import json
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -68,6 +71,13 @@ class Bug:
     @property
     def files(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(e.file for e in self.edits))
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the re-plant (its edits): a run's result holds it, so a page can tell a result the corpus
+        has since re-planted differently."""
+        text = json.dumps([dataclasses.astuple(e) for e in self.edits])
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _text(entry: Mapping[str, object], key: str, where: str, *, required: bool = True) -> str:

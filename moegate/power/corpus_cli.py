@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from moegate.power.corpus import CORPUS, CorpusError, load, replant, select
 from moegate.power.corpus_report import load_summary, passed, render
@@ -118,8 +120,13 @@ def _report(args: argparse.Namespace) -> int:
     return 0 if passed(summaries, bugs) else 1
 
 
+def _term(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _term)  # a `timeout` around the run: every gate's process group is stopped
     try:
         if args.what == "check":
             return _check(args)

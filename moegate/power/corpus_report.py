@@ -25,8 +25,10 @@ SCORED = ("killed", "flagged", "survived")
 
 
 def verdict(result: Mapping[str, Any], bug: Bug | None, tiers: str) -> tuple[str, str]:
-    """(verdict, why) of one result: killed | flagged | survived | unexplained | not judged | not run."""
+    """(verdict, why) of one result: killed | flagged | survived | unexplained | not judged | not run | stale."""
     status = result["status"]
+    if bug is not None and result.get("fingerprint") != bug.fingerprint:
+        return "stale", "the corpus re-plants it differently since this run: run it again"
     if status == "not-run":
         return "not run", result.get("error", "")
     if status != "ran":
@@ -77,12 +79,13 @@ def baseline_ok(summary: Mapping[str, Any]) -> tuple[bool, str]:
 
 
 def unexplained(summary: Mapping[str, Any], bugs: Sequence[Bug]) -> list[str]:
-    """Bugs not killed whose survival nothing explains: unexplained survivors, flagged bugs without a reason."""
+    """Bugs not killed whose survival nothing explains: unexplained survivors, flagged bugs without a reason, and
+    results of a re-plant the corpus has since changed."""
     by_id = {b.id: b for b in bugs}
     out = []
     for r in summary["results"]:
         v = verdict(r, by_id.get(r["id"]), summary["tiers"])[0] if r["id"] != "baseline" else ""
-        if v == "unexplained" or (v == "flagged" and not (r["id"] in by_id and by_id[r["id"]].survives)):
+        if v in ("unexplained", "stale") or (v == "flagged" and not (r["id"] in by_id and by_id[r["id"]].survives)):
             out.append(r["id"])
     return out
 

@@ -70,6 +70,7 @@ class GateResult:
     skips: list[str] = field(default_factory=list)  # "nodeid: reason" of skipped tests (a survivor's evidence)
     error: str = ""  # why a build or a gate did not run to a verdict
     planted: list[str] = field(default_factory=list)  # files of the vllm package the re-plant edits
+    fingerprint: str = ""  # the re-plant's (moegate.power.corpus.Bug.fingerprint): the page refuses a stale one
     log: str = ""  # the gate's log, relative to the run's output folder
 
 
@@ -150,7 +151,7 @@ class Runner:
         name = bug.id if bug else BASELINE
         folder = self.plan.out / name
         folder.mkdir(parents=True, exist_ok=True)
-        result = GateResult(name, "error", log=f"{name}/gate.log")
+        result = GateResult(name, "error", log=f"{name}/gate.log", fingerprint=bug.fingerprint if bug else "")
         t0 = time.monotonic()
         try:
             python, result.planted = self.build(bug)
@@ -231,6 +232,7 @@ def run(
 ) -> dict[str, Any]:
     """Every bug's gate (the baseline first) within the plan's budget; returns the summary it writes."""
     plan.out.mkdir(parents=True, exist_ok=True)
+    corpus_sha256 = sha256_file(plan.corpus)  # the file the bugs were read from, before any gate runs
     clean_stale_workdirs()
     work = make_workdir()
     results: dict[str, GateResult] = {}
@@ -284,7 +286,7 @@ def run(
             "stop_at_first_kill": not plan.full,
             "wall_s": round(time.monotonic() - runner.t0, 1),
             "corpus": str(plan.corpus.relative_to(ROOT)) if plan.corpus.is_relative_to(ROOT) else str(plan.corpus),
-            "corpus_sha256": sha256_file(plan.corpus),
+            "corpus_sha256": corpus_sha256,
             "results": [asdict(results[n]) for n in order if n in results],
         }
         _write(plan.out / "summary.json", json.dumps(summary, indent=1) + "\n")

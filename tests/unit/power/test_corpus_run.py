@@ -55,10 +55,9 @@ def test_a_junit_report_gives_failures_in_run_order_with_tier_and_review_told_ap
     ]
 
 
-def _bug(bug_id: str, expect: str = "kernels", survives: str = "") -> Bug:
-    text = f"""
+_TOML = """
 [[bug]]
-id = "{bug_id}"
+id = "{id}"
 upstream = "vllm-project/vllm#7"
 url = "https://github.com/vllm-project/vllm/pull/7"
 title = "t"
@@ -71,12 +70,19 @@ scope = "f"
 find = "a"
 replace = "b"
 """
-    return parse(text)[0]
+
+
+def _bug(bug_id: str, expect: str = "kernels", survives: str = "") -> Bug:
+    return parse(_TOML.format(id=bug_id, expect=expect, survives=survives))[0]
 
 
 def _result(bug_id: str, exit_code: int | None, *failures: tuple[str, bool], status: str = "ran") -> dict[str, Any]:
     fails = [Failure(n, corpus_run.tier_of(n), review, "m") for n, review in failures]
-    return asdict(GateResult(bug_id, status, exit_code=exit_code, tests=9, failures=fails, wall_s=5.0))
+    fingerprint = "" if bug_id == "baseline" else _bug(bug_id).fingerprint  # every _bug re-plants alike
+    result = GateResult(
+        bug_id, status, exit_code=exit_code, tests=9, failures=fails, wall_s=5.0, fingerprint=fingerprint
+    )
+    return asdict(result)
 
 
 BEHAVIOUR = ("tests/kernels/test_kernel_properties.py::test_fp8_weights[legacy]", False)
@@ -147,6 +153,14 @@ def test_the_page_scores_killed_over_judged_and_says_why_each_bug_was_not_killed
     assert "- `f` (flagged): only the site review sees it" in page
     assert "| `k` | [#7](https://github.com/vllm-project/vllm/pull/7) | `mod.py::f` | kernels | **killed** |" in page
     assert passed([summary], bugs)
+
+
+def test_a_result_of_a_re_plant_the_corpus_has_since_changed_is_stale_and_fails_the_report() -> None:
+    result = _result("b", 1, BEHAVIOUR)
+    assert verdict(result, _bug("b", "survives", "the text around the edit may change"), "dispatch")[0] == "killed"
+    moved = parse(_TOML.format(id="b", expect="kernels", survives="").replace('replace = "b"', 'replace = "c"'))[0]
+    assert verdict(result, moved, "dispatch,kernels")[0] == "stale"
+    assert not passed([_summary(result)], [moved])
 
 
 def test_an_unexplained_survivor_or_a_failing_baseline_fails_the_report() -> None:
