@@ -243,7 +243,8 @@ def run(
         log(f"corpus: vLLM {version} at {package_dir}, {device}; {len(bugs)} bugs, tiers {plan.tiers}, "
             f"{plan.jobs} at a time, budget {plan.budget_s:.0f} s")  # fmt: skip
         runner = Runner(plan, work, package_dir, log)
-        queue: list[Bug | None] = [None, *bugs]
+        # the longest first: the baseline and the expected survivors run the whole gate, a kill stops at its test
+        queue: list[Bug | None] = [None, *sorted(bugs, key=lambda b: b.expect != "survives")]
         running: dict[Future[GateResult], str] = {}
         with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
             try:
