@@ -126,8 +126,10 @@ class Plan:
 class Runner:
     """Runs a plan's gates; ``stop_all`` ends every gate still running (an interrupt, the budget)."""
 
-    def __init__(self, plan: Plan, work: Path, package_dir: Path, log: Callable[[str], object]) -> None:
-        self.plan, self.work, self.package_dir, self.log = plan, work, package_dir, log
+    def __init__(
+        self, plan: Plan, work: Path, package_dir: Path, log: Callable[[str], object], version: str = "?"
+    ) -> None:
+        self.plan, self.work, self.package_dir, self.log, self.version = plan, work, package_dir, log, version
         self.t0 = time.monotonic()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
@@ -161,7 +163,7 @@ class Runner:
         limit = min(self.plan.timeout_s, self.left_s() - MARGIN_S)
         junit = folder / "gate.xml"
         junit.unlink(missing_ok=True)
-        cmd = gate_command(python, self.plan.tiers, junit, f"vLLM 0.33.0 + {name}", self.plan.full)
+        cmd = gate_command(python, self.plan.tiers, junit, f"vLLM {self.version} + {name}", self.plan.full)
         env = {**os.environ, **self.plan.env, "MOEGATE_PROFILE": "ci", "MOEGATE_REQUIRE_VLLM": "1"}
         env.pop("PYTEST_ADDOPTS", None)
         with (folder / "gate.log").open("wb") as fh:
@@ -242,7 +244,7 @@ def run(
         device = _device(str(probe_build))
         log(f"corpus: vLLM {version} at {package_dir}, {device}; {len(bugs)} bugs, tiers {plan.tiers}, "
             f"{plan.jobs} at a time, budget {plan.budget_s:.0f} s")  # fmt: skip
-        runner = Runner(plan, work, package_dir, log)
+        runner = Runner(plan, work, package_dir, log, version)
         # the longest first: the baseline and the expected survivors run the whole gate, a kill stops at its test
         queue: list[Bug | None] = [None, *sorted(bugs, key=lambda b: b.expect != "survives")]
         running: dict[Future[GateResult], str] = {}
