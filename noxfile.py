@@ -339,6 +339,17 @@ def power(session: nox.Session) -> None:
     session.run(tool_py, "-m", "moegate.power", *args, env={"MOEGATE_POWER_COMMAND": command}, external=True)
 
 
+@nox.session(name="power-corpus", python=False)
+def power_corpus(session: nox.Session) -> None:
+    """The real-bug corpus (power/real-bugs.toml) through `moegate gate`'s dispatch tier on this machine: reports/corpus/.
+
+    Arguments go to `python -m moegate.power corpus run` (`-- --tiers=dispatch,kernels --jobs=3` on a GPU;
+    docs/power.md, "Real bugs")."""
+    py, rest = _vllm(session)
+    session.run(py, "-m", "moegate.power", "corpus", "run", f"--vllm-python={py}", f"--out={REPORTS / 'corpus'}", *rest,
+                external=True)  # fmt: skip
+
+
 # --- the installs and the hosted jobs, checked from here ----------------------------------
 
 

@@ -4,7 +4,8 @@ The command line of ``python -m moegate.power``: it runs one power run, writes
 ``power.md`` / ``power.json`` (and appends the page to ``$GITHUB_STEP_SUMMARY``),
 and exits 0 when every mutant is killed or reviewed equivalent, 1 when not, 2 on a
 broken run (one line saying why), 130 when interrupted. ``python -m moegate.power join SHARD_DIR... --out DIR``
-joins the reports of one run's ``--shard K/N`` runs into the group's report (``moegate.power.shards``).
+joins the reports of one run's ``--shard K/N`` runs into the group's report (``moegate.power.shards``);
+``python -m moegate.power corpus check|run|report`` runs the real-bug corpus (``moegate.power.corpus_cli``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.paths import REPORTS_DIR
+from moegate.power.corpus_cli import main as corpus
 from moegate.power.errors import PowerError
 from moegate.power.regions import GROUPS, group_specs
 from moegate.power.report import render_markdown, to_json
@@ -31,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["join"]:
         return join(args_in[1:])
+    if args_in[:1] == ["corpus"]:
+        return corpus(args_in[1:])
     p = argparse.ArgumentParser(prog="python -m moegate.power", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument(
         "--vllm-python", required=True, help="Python of the environment whose installed vLLM is mutated (never written)"

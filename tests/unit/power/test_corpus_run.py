@@ -1,0 +1,230 @@
+"""Running the real-bug corpus: what a gate's JUnit report says, each bug's verdict, the page, and the early stop.
+
+- a JUnit report's failures and errors come back in run order with their tier, review checks told apart;
+- a bug is killed by a behaviour failure, flagged by review checks alone, a survivor is explained by the corpus
+  or fails the report, and a failing baseline voids the run;
+- the stop plugin ends a real pytest run at its first failing behaviour test and runs on past a failing review
+  check;
+- a bug's build imports vLLM from its overlay, the re-planted file in it, the installed file untouched.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from moegate.paths import ROOT
+from moegate.power import corpus_run
+from moegate.power.corpus import Bug, parse
+from moegate.power.corpus_report import passed, render, tally, verdict
+from moegate.power.corpus_run import Failure, GateResult, Plan, Runner, read_junit
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="5">
+<testcase classname="tests.dispatch.test_census" name="test_dispatch_sites_are_the_reviewed_ones" time="1">
+  <failure message="AssertionError: vLLM 0.33.0's dispatch sites differ&#10;changed: x">tb</failure></testcase>
+<testcase classname="tests.dispatch.test_dispatch_properties" name="test_path_matches_spec[legacy]" time="1"/>
+<testcase classname="tests.kernels.test_kernel_census" name="test_calls_at_the_boundary[legacy-first-past]" time="2">
+  <skipped message="needs 16 GiB of free GPU memory"/></testcase>
+<testcase classname="tests.kernels.test_kernel_properties" name="test_output_matches_reference[modular]" time="3">
+  <error message="failed on setup with &quot;RuntimeError: boom&quot;">tb</error></testcase>
+<testcase classname="tests.kernels.test_kernel_properties" name="test_fp8_weights[legacy]" time="3">
+  <failure message="output outside the tolerance">tb</failure></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_a_junit_report_gives_failures_in_run_order_with_tier_and_review_told_apart(tmp_path: Path) -> None:
+    path = tmp_path / "gate.xml"
+    path.write_text(JUNIT)
+    tests, failures, skips = read_junit(path)
+    assert tests == 5
+    assert [(f.nodeid, f.tier, f.review) for f in failures] == [
+        ("tests/dispatch/test_census.py::test_dispatch_sites_are_the_reviewed_ones", "dispatch", True),
+        ("tests/kernels/test_kernel_properties.py::test_output_matches_reference[modular]", "kernels", False),
+        ("tests/kernels/test_kernel_properties.py::test_fp8_weights[legacy]", "kernels", False),
+    ]
+    assert failures[0].message == "AssertionError: vLLM 0.33.0's dispatch sites differ"
+    assert skips == [
+        "tests/kernels/test_kernel_census.py::test_calls_at_the_boundary[legacy-first-past]: needs 16 GiB of free GPU memory"
+    ]
+
+
+_TOML = """
+[[bug]]
+id = "{id}"
+upstream = "vllm-project/vllm#7"
+url = "https://github.com/vllm-project/vllm/pull/7"
+title = "t"
+what = "w"
+expect = "{expect}"
+survives = "{survives}"
+[[bug.edit]]
+file = "pkg/mod.py"
+scope = "f"
+find = "a"
+replace = "b"
+"""
+
+
+def _bug(bug_id: str, expect: str = "kernels", survives: str = "") -> Bug:
+    return parse(_TOML.format(id=bug_id, expect=expect, survives=survives))[0]
+
+
+def _result(bug_id: str, exit_code: int | None, *failures: tuple[str, bool], status: str = "ran") -> dict[str, Any]:
+    fails = [Failure(n, corpus_run.tier_of(n), review, "m") for n, review in failures]
+    fingerprint = "" if bug_id == "baseline" else _bug(bug_id).fingerprint  # every _bug re-plants alike
+    result = GateResult(
+        bug_id, status, exit_code=exit_code, tests=9, failures=fails, wall_s=5.0, fingerprint=fingerprint
+    )
+    return asdict(result)
+
+
+BEHAVIOUR = ("tests/kernels/test_kernel_properties.py::test_fp8_weights[legacy]", False)
+REVIEW = ("tests/dispatch/test_census.py::test_dispatch_sites_are_the_reviewed_ones", True)
+
+
+@pytest.mark.parametrize(
+    ("result", "bug", "tiers", "want"),
+    [
+        (
+            _result("b", 1, REVIEW, BEHAVIOUR),
+            _bug("b"),
+            "dispatch,kernels",
+            ("killed", "kernels: `" + BEHAVIOUR[0] + "`"),
+        ),
+        (
+            _result("b", 1, REVIEW),
+            _bug("b", "survives", "why"),
+            "dispatch,kernels",
+            ("flagged", "review only: `" + REVIEW[0] + "`"),
+        ),
+        (
+            _result("b", 0),
+            _bug("b", "survives", "a reviewed reason"),
+            "dispatch,kernels",
+            ("survived", "a reviewed reason"),
+        ),
+        (
+            _result("b", 0),
+            _bug("b"),
+            "dispatch,kernels",
+            ("unexplained", "survived with no reviewed explanation in the corpus"),
+        ),
+        (_result("b", 0), _bug("b"), "dispatch", ("survived", "expected to die in the kernels tier, not run here")),
+        (_result("b", None, status="timeout"), _bug("b"), "dispatch", ("not judged", "")),
+        (_result("b", None, status="not-run"), _bug("b"), "dispatch", ("not run", "")),
+        (_result("b", 1), _bug("b"), "dispatch", ("not judged", "gate exit 1 without a failing test: ")),
+    ],
+    ids=["killed", "flagged", "explained", "unexplained", "tier-not-run", "timeout", "not-run", "fail-no-test"],
+)
+def test_each_result_gets_its_verdict(result: dict[str, Any], bug: Bug, tiers: str, want: tuple[str, str]) -> None:
+    assert verdict(result, bug, tiers) == want
+
+
+def _summary(*results: dict[str, Any], tiers: str = "dispatch,kernels") -> dict[str, Any]:
+    return {
+        "command": "python -m moegate.power corpus run ...", "date": "2026-12-06 00:00 UTC", "project_rev": "abc1234",
+        "vllm_version": "0.33.0", "device": "NVIDIA H200", "tiers": tiers, "jobs": 4, "budget_s": 3000.0,
+        "stop_at_first_kill": True, "wall_s": 100.0, "corpus": "power/real-bugs.toml", "corpus_sha256": "0" * 64,
+        "results": [_result("baseline", 0), *results],
+    }  # fmt: skip
+
+
+def test_the_page_scores_killed_over_judged_and_says_why_each_bug_was_not_killed() -> None:
+    bugs = [
+        _bug("k"),
+        _bug("f", "survives", "only the site review sees it"),
+        _bug("s", "survives", "inside the tolerance"),
+        _bug("n"),
+    ]
+    summary = _summary(
+        _result("k", 1, BEHAVIOUR), _result("f", 1, REVIEW), _result("s", 0), _result("n", None, status="not-run")
+    )
+    assert tally(summary, bugs) == {"killed": 1, "flagged": 1, "survived": 1, "not run": 1}
+    page = render([summary], bugs)
+    assert "**1 of 3 killed by behaviour (33 %)**, 1 flagged, 1 survived, 1 not run." in page
+    assert "- `s` (survived): inside the tolerance" in page
+    assert "- `f` (flagged): only the site review sees it" in page
+    assert "| `k` | [#7](https://github.com/vllm-project/vllm/pull/7) | `mod.py::f` | kernels | **killed** |" in page
+    assert passed([summary], bugs)
+
+
+def test_a_result_of_a_re_plant_the_corpus_has_since_changed_is_stale_and_fails_the_report() -> None:
+    result = _result("b", 1, BEHAVIOUR)
+    assert verdict(result, _bug("b", "survives", "the text around the edit may change"), "dispatch")[0] == "killed"
+    moved = parse(_TOML.format(id="b", expect="kernels", survives="").replace('replace = "b"', 'replace = "c"'))[0]
+    assert verdict(result, moved, "dispatch,kernels")[0] == "stale"
+    assert not passed([_summary(result)], [moved])
+
+
+def test_an_unexplained_survivor_or_a_failing_baseline_fails_the_report() -> None:
+    bugs = [_bug("u")]
+    assert not passed([_summary(_result("u", 0))], bugs)
+    assert not passed([_summary(_result("u", 1, REVIEW))], bugs)  # flagged, and nothing says why it lived
+    void = _summary(_result("u", 1, BEHAVIOUR))
+    void["results"][0] = _result("baseline", 1, BEHAVIOUR)
+    assert not passed([void], bugs)
+    assert "(**void**: the baseline fails)" in render([void], bugs)
+
+
+TESTS = {
+    "tests/dispatch/test_census.py": "def test_review():\n    assert False, 'a site changed'\n",
+    "tests/dispatch/test_props.py": "def test_a():\n    pass\n\ndef test_b():\n    assert False, 'wrong path'\n",
+    "tests/kernels/test_later.py": "def test_c():\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("behaviour_fails", [True, False], ids=["stops", "runs-on"])
+def test_the_stop_plugin_ends_a_run_at_its_first_behaviour_failure_not_at_a_review_one(
+    tmp_path: Path, behaviour_fails: bool
+) -> None:
+    for rel, body in TESTS.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(body if behaviour_fails else body.replace("assert False, 'wrong path'", "pass"))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    junit = tmp_path / "out.xml"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(tmp_path),
+        "-c",
+        str(tmp_path / "pytest.ini"),
+        "--rootdir",
+        str(tmp_path),
+    ]
+    cmd += ["-p", "no:cacheprovider", "-p", corpus_run.STOP_PLUGIN, f"--junitxml={junit}", "-q"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)  # ROOT: this checkout's moegate
+    ran = [f.nodeid for f in read_junit(junit)[1]], read_junit(junit)[0]
+    if behaviour_fails:
+        assert ran == (["tests/dispatch/test_census.py::test_review", "tests/dispatch/test_props.py::test_b"], 3), (
+            proc.stdout
+        )
+        assert "corpus_stop" in proc.stdout
+    else:
+        assert ran == (["tests/dispatch/test_census.py::test_review"], 4), proc.stdout  # on past the review failure
+
+
+def test_a_bugs_build_imports_vllm_from_its_overlay_and_the_installed_file_is_untouched(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "vllm" / "pkg").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    (site / "vllm" / "pkg" / "__init__.py").write_text("")
+    (site / "vllm" / "pkg" / "mod.py").write_text("def f():\n    return 'a'\n")
+    plan = Plan(vllm_python=sys.executable, sites=(str(site),), tiers="dispatch", out=tmp_path / "out")
+    runner = Runner(plan, tmp_path / "work", site / "vllm", log=lambda _: None)
+    python, planted = runner.build(_bug("b"))
+    code = "import vllm.pkg.mod as m; print(m.__file__); print(m.f())"
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
+    assert out == [str(tmp_path / "work" / "b" / "overlay" / "vllm" / "pkg" / "mod.py"), "b"]
+    assert planted == ["pkg/mod.py"]
+    assert (site / "vllm" / "pkg" / "mod.py").read_text() == "def f():\n    return 'a'\n"
+    base, _ = runner.build(None)
+    out = subprocess.run([base, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
+    assert out == [str(tmp_path / "work" / "baseline" / "overlay" / "vllm" / "pkg" / "mod.py"), "a"]
