@@ -40,6 +40,8 @@ def verdict(result: Mapping[str, Any], bug: Bug | None, tiers: str) -> tuple[str
         return "killed", f"{first['tier']}: `{first['nodeid']}`"
     if failures:
         return "flagged", "review only: " + ", ".join(f"`{f['nodeid']}`" for f in failures)
+    if result.get("exit_code") == 1 and " diff FAIL " in f" {result.get('error', '')} ":
+        return "killed", "diff: the differential tier, the bug's kernels against the baseline's on the same cases"
     if result.get("exit_code") != 0:
         return "not judged", f"gate exit {result.get('exit_code')} without a failing test: {result.get('error', '')}"
     if bug is None:

@@ -99,8 +99,16 @@ def read_junit(path: Path) -> tuple[int, list[Failure], list[str]]:
     return tests, failures, skips
 
 
-def gate_command(build_python: str, tiers: str, junit: Path, label: str, full: bool) -> list[str]:
+def gate_command(
+    build_python: str, tiers: str, junit: Path, label: str, full: bool, base_python: str | None = None
+) -> list[str]:
+    """The gate a bug's build runs; with the ``diff`` tier, against ``base_python`` (the baseline's build: the
+    unedited mirror), as the kernels leg runs a PR against its base."""
     cmd = [build_python, "-m", "moegate", "gate", f"--vllm-python={build_python}", f"--tiers={tiers}"]
+    if "diff" in tiers.split(","):
+        if base_python is None:
+            raise CorpusError(f"--tiers {tiers}: the diff tier needs the baseline's build as its base")
+        cmd += [f"--base-python={base_python}"]
     cmd += [f"--label={label}", f"--junit={junit}", "--", "-q", "-p", "no:cacheprovider"]
     return cmd if full else [*cmd, "-p", STOP_PLUGIN]
 
@@ -163,7 +171,8 @@ class Runner:
         limit = min(self.plan.timeout_s, self.left_s() - MARGIN_S)
         junit = folder / "gate.xml"
         junit.unlink(missing_ok=True)
-        cmd = gate_command(python, self.plan.tiers, junit, f"vLLM {self.version} + {name}", self.plan.full)
+        base = str(self.work / BASELINE / "build" / "bin" / "python")  # built first: the baseline runs before any bug
+        cmd = gate_command(python, self.plan.tiers, junit, f"vLLM {self.version} + {name}", self.plan.full, base)
         env = {**os.environ, **self.plan.env, "MOEGATE_PROFILE": "ci", "MOEGATE_REQUIRE_VLLM": "1"}
         env.pop("PYTEST_ADDOPTS", None)
         with (folder / "gate.log").open("wb") as fh:

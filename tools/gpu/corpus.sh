@@ -20,7 +20,7 @@
 #   POWER_SITE   cosmic-ray's site (default $HOME/power-site; without it the power re-run is skipped, and says how to
 #                get it: ../shared/tools/gpu-wheelhouse.sh .gpu/power "cosmic-ray>=8.7,<9" here, its install there)
 #   TRITON_CACHE_DIR  shared by every gate (default $HOME/triton-corpus): an unedited kernel compiles once
-#   ONLY         bug ids to run (space-separated; default every bug); PYTHON (python3) and TIERS (dispatch,kernels):
+#   ONLY         bug ids to run (space-separated; default every bug); PYTHON (python3) and TIERS (dispatch,kernels,diff: the leg's differential tier against the baseline build):
 #                for a rehearsal on a CPU (PYTHON=a vLLM env's python, VLLM_SITE=its site-packages, TIERS=dispatch)
 #
 # Time on an H200, expected (not yet measured): the corpus about 20-25 minutes at JOBS=3 (11 gates; the ci kernel
@@ -63,7 +63,7 @@ for id in ${ONLY:-}; do only+=(--only "$id"); done
 MOEGATE_CORPUS_COMMAND="bash tools/gpu/corpus.sh RESULT_DIR (JOBS=$jobs, BUDGET_S=$budget${ONLY:+, ONLY=$ONLY})" \
     timeout --signal=TERM --kill-after=30 $((corpus_budget + 60)) \
     "${PYTHON:-python3}" -m moegate power corpus run --vllm-python "${PYTHON:-python3}" --site "$site" \
-    --tiers "${TIERS:-dispatch,kernels}" --jobs "$jobs" --budget-s "$corpus_budget" --timeout-s 1500 \
+    --tiers "${TIERS:-dispatch,kernels,diff}" --jobs "$jobs" --budget-s "$corpus_budget" --timeout-s 1500 \
     --min-start-s 240 "${only[@]}" --out "$out/corpus" >"$out/corpus.log" 2>&1
 rc=$?
 echo "corpus: exit $rc (0: every baseline passed and every survivor is explained; 1: not; 2: bad input)" |

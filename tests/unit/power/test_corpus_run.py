@@ -228,3 +228,26 @@ def test_a_bugs_build_imports_vllm_from_its_overlay_and_the_installed_file_is_un
     base, _ = runner.build(None)
     out = subprocess.run([base, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
     assert out == [str(tmp_path / "work" / "baseline" / "overlay" / "vllm" / "pkg" / "mod.py"), "a"]
+
+
+def test_a_bug_whose_gate_fails_only_the_differential_tier_is_killed_by_it() -> None:
+    """The corpus runs the kernels leg's diff tier against the baseline's build: an extra rounding inside the
+    tolerance passes every behaviour test and is told apart only there (issue 45: the routed weight after the cast)."""
+    line = "moegate gate: FAIL: vLLM 0.33.0 + b: dispatch + kernels ok (pytest exit 0); kernel floor ok (98); diff FAIL (x)"
+    result = {**_result("b", 1), "error": line}
+    assert verdict(result, _bug("b"), "dispatch,kernels,diff")[0] == "killed"
+    assert verdict({**result, "error": "moegate gate: FAIL: kernel floor FAIL"}, _bug("b"), "dispatch,kernels")[0] == (
+        "not judged"
+    )
+
+
+def test_the_diff_tier_gates_each_bug_against_the_baseline_build(tmp_path: Path) -> None:
+    cmd = corpus_run.gate_command(
+        "/b/bug/bin/python", "dispatch,kernels,diff", tmp_path / "g.xml", "x", False, "/b/base"
+    )
+    assert "--base-python=/b/base" in cmd and cmd.index("--base-python=/b/base") < cmd.index("--")
+    assert not any(
+        a.startswith("--base-python") for a in corpus_run.gate_command("/p", "dispatch", tmp_path, "x", False)
+    )
+    with pytest.raises(corpus_run.CorpusError):
+        corpus_run.gate_command("/p", "kernels,diff", tmp_path, "x", False)
