@@ -61,7 +61,7 @@ def test_the_corpus_runs_both_tiers_from_the_site_and_leaves_the_power_re_run_it
     opts = dict(zip(args[5::2], args[6::2], strict=False))  # every option of the run takes a value
     assert opts["--vllm-python"].endswith("python3") and opts["--site"] == str(tmp_path / "vllm-site")
     assert (
-        opts["--tiers"] == "dispatch,kernels"
+        opts["--tiers"] == "dispatch,kernels,diff"
         and opts["--jobs"] == "3"
         and opts["--out"] == str(tmp_path / "res" / "corpus")
     )
