@@ -398,6 +398,27 @@ def every_failing_leg_is_named_with_its_page(wfs: Workflows) -> list[str]:
     return problems
 
 
+NIGHTLY = "vllm-main.yml"
+
+
+def the_nightly_tells_no_fit_apart_from_fail(wfs: Workflows) -> list[str]:
+    """Against vLLM's main branch: the fit probe before any case, the gate only where it fits, three outcomes."""
+    problems = []
+    data = wfs[NIGHTLY]["data"]
+    if set(_triggers(data)) - {"schedule", "workflow_dispatch"}:
+        problems.append(f"{NIGHTLY}: runs on more than its schedule and dispatch")
+    jobs = data["jobs"]
+    fit_runs = " ".join(_run_steps(jobs["fit"]))
+    if "nox -s fit" not in fit_runs or "tooling.ci.vllm_main fit" not in fit_runs:
+        problems.append(f"{NIGHTLY}: the fit job does not probe the build (nox -s fit) before any case")
+    if jobs["gate"].get("if") != "needs.fit.outputs.fits == 'true'" or "fit" not in _needs(jobs["gate"]):
+        problems.append(f"{NIGHTLY}: the gate runs where moegate does not fit (its FAIL would be upkeep)")
+    report = " ".join(_run_steps(jobs["report"]))
+    if not all(w in report for w in ("moegate no longer fits this vLLM", "PASS: vLLM main", "FAIL: vLLM main")):
+        problems.append(f"{NIGHTLY}: the report does not tell PASS, FAIL and no longer fits apart")
+    return problems
+
+
 RULES = [
     final_job_needs_everything,
     gpu_jobs_keep_labels_and_floor,
@@ -412,6 +433,7 @@ RULES = [
     the_verdict_runs_nothing_of_the_pull_request,
     the_caller_filters_by_paths_and_labels_and_handles_the_queue,
     every_failing_leg_is_named_with_its_page,
+    the_nightly_tells_no_fit_apart_from_fail,
 ]
 
 
@@ -610,6 +632,15 @@ def _unnamed_legs(wfs: Workflows) -> None:
     steps[:] = [s for s in steps if "leg_pages verdict" not in str(s.get("run", ""))]
 
 
+def _gate_without_fit(wfs: Workflows) -> None:
+    wfs[NIGHTLY]["data"]["jobs"]["gate"].pop("if")
+
+
+def _one_outcome(wfs: Workflows) -> None:
+    for step in wfs[NIGHTLY]["data"]["jobs"]["report"]["steps"]:
+        step["run"] = step["run"].replace("moegate no longer fits this vLLM", "FAIL")
+
+
 def _examples_everywhere(wfs: Workflows) -> None:
     wfs[REUSABLE]["data"]["env"]["MOEGATE_EXAMPLES"] = "true"
 
@@ -647,6 +678,8 @@ def _examples_everywhere(wfs: Workflows) -> None:
         (_unmarked_gpu_leg, every_failing_leg_is_named_with_its_page, "job 'gpu' does not mark its leg"),
         (_unnamed_legs, every_failing_leg_is_named_with_its_page, "does not name each failing leg"),
         (_examples_everywhere, every_failing_leg_is_named_with_its_page, "@example lines are not kept"),
+        (_gate_without_fit, the_nightly_tells_no_fit_apart_from_fail, "the gate runs where moegate does not fit"),
+        (_one_outcome, the_nightly_tells_no_fit_apart_from_fail, "does not tell PASS, FAIL and no longer fits apart"),
         (_drop_need, final_job_needs_everything, "job 'gate' does not need moegate"),
         (_new_tier_job, final_job_needs_everything, "job 'verdict' does not need e2e-extra"),
         (_drop_labels, gpu_jobs_keep_labels_and_floor, "not on the ['gpu', 'self-hosted'] pool"),
