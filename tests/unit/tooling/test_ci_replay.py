@@ -59,3 +59,23 @@ def test_one_job_alone_is_replayed_with_what_act_must_run_with_it():
     with pytest.raises(KeyError, match="'gpu' is not a replayed job"):
         run_for("gpu")
     assert len(replayed()) == len(set(replayed()))
+
+
+def test_the_verdict_replays_stand_ins_still_apply_to_the_examples(tmp_path):
+    """The two checkouts of moegate the verdict's replay stands in for are still there, as it rewrites them."""
+    from tooling.ci_replay import verdict_replay as vr
+    from tooling.ci_replay.common import ReplayError
+
+    verdict = yaml.safe_load(vr.verdict_workflow(tmp_path / "verdict.yml").read_text())
+    checkout = next(
+        s for s in verdict["jobs"]["verdict"]["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")
+    )
+    assert "repository" not in checkout["with"] and "ref" not in checkout["with"]
+    caller = (ROOT / "examples" / "vllm-caller.yml").read_text()
+    changes = yaml.safe_load(vr.caller_workflow(caller, tmp_path / "caller.yml").read_text())["jobs"]["changes"]
+    assert [s.get("run", "").split("  #")[0] for s in changes["steps"][:2]] == [
+        "",
+        'cp -a "$MOEGATE_REPLAY_MOEGATE" .moegate',
+    ]
+    with pytest.raises(ReplayError, match="stand-in 'moegate checkout -> cp of the copy' no longer applies"):
+        vr.caller_workflow(caller.replace("path: .moegate", "path: moegate"), tmp_path / "caller.yml")
