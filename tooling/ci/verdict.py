@@ -98,7 +98,7 @@ def label_record(api: Api, repo: str, pr: dict[str, Any], name: str, caller: str
     before = [r for r in runs if str(r.get("created_at", "")) <= at
               and (r.get("head_repository") or {}).get("full_name") == head_repo]  # fmt: skip
     if not before:
-        raise VerdictError(f"the {name} label was applied by {actor} at {at} with no run of {caller} before it: "
+        raise VerdictError(f"the {name} label was applied by {actor} at {at} with no run of {repo}/{caller} before it: "
                            "no SHA it was applied at (remove it and apply it again)")  # fmt: skip
     sha = str(max(before, key=lambda r: str(r.get("created_at")))["head_sha"])
     return Label(actor=actor, permission=str(permission), sha=sha, at=at)
@@ -118,8 +118,8 @@ def gather(
     try:
         text = api.raw(f"/repos/{repo}/contents/{POLICY_PATH}", merge_base)
     except ApiError as exc:
-        raise PolicyError(f"{POLICY_PATH} at the merge base {merge_base[:12]}: cannot read it ({exc})") from None
-    policy = parse(text, f"{POLICY_PATH} at {merge_base[:12]}")
+        raise PolicyError(f"{repo}/{POLICY_PATH} at the merge base {merge_base[:12]}: cannot read it ({exc})") from None
+    policy = parse(text, f"{repo}/{POLICY_PATH} at {merge_base[:12]}")
     seen["context"] = policy.status_context
     caller: Any = {}
     try:

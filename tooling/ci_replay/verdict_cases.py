@@ -166,7 +166,7 @@ CASES = (
     Case("equivalent-label-by-reader", "`equivalent` from a label applied without write access FAILs", _touch_moe,
          "failure", 1, f"applied by {READER}, who has read access, not write", label="head", labeller=READER),
     Case("policy-unreadable", "a policy the verdict cannot read: one line, an error status, exit 2", _touch_moe,
-         "error", 2, "moegate verdict: cannot judge: .github/moegate-policy.yml at", base="broken-main"),
+         "error", 2, f"moegate verdict: cannot judge: {REPO}/.github/moegate-policy.yml at", base="broken-main"),
     Case("label-without-sha", "a label without the SHA it was applied at: one line, an error status, exit 2",
          _touch_moe, "error", 2, "no SHA it was applied at", label="early"),
 )  # fmt: skip
