@@ -79,3 +79,33 @@ def test_the_verdict_replays_stand_ins_still_apply_to_the_examples(tmp_path):
     ]
     with pytest.raises(ReplayError, match="stand-in 'moegate checkout -> cp of the copy' no longer applies"):
         vr.caller_workflow(caller.replace("path: .moegate", "path: moegate"), tmp_path / "caller.yml")
+
+
+def test_the_download_stand_in_lays_artifacts_out_as_download_artifact_does(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tooling.ci_replay.standins import DOWNLOAD_STUB_SCRIPT
+
+    kept = tmp_path / "artifacts"
+    for name in ("moegate-dispatch-attempt1", "moegate-kernels-pr-attempt1", "vllm-wheels"):
+        (kept / name / "reports").mkdir(parents=True)
+        (kept / name / "reports" / "leg.json").write_text(name)
+    script = tmp_path / "download.py"
+    script.write_text(DOWNLOAD_STUB_SCRIPT)
+
+    def download(dest: str, **inputs: str) -> subprocess.CompletedProcess[str]:
+        env = {"NAME": "", "PATTERN": "", "DEST": str(tmp_path / dest), "MERGE": "false", "RUN_ID": "", **inputs}
+        return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False,
+                              env={**os.environ, "MOEGATE_REPLAY_ARTIFACTS": str(kept), **env})  # fmt: skip
+
+    assert download("legs", PATTERN="moegate-*-attempt1").returncode == 0
+    assert sorted(p.name for p in (tmp_path / "legs").iterdir()) == [
+        "moegate-dispatch-attempt1",
+        "moegate-kernels-pr-attempt1",
+    ]
+    assert download("one", NAME="vllm-wheels").returncode == 0
+    assert (tmp_path / "one" / "reports" / "leg.json").read_text() == "vllm-wheels"
+    assert "Artifact not found for name: nope" in download("x", NAME="nope").stdout + download("x", NAME="nope").stderr
+    assert download("x", RUN_ID="123").returncode == 1
