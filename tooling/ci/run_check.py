@@ -255,10 +255,14 @@ def the_legs_ran_as_the_policy_says(policy: Policy, run: RunRecord) -> list[str]
     return reasons
 
 
+def promised_equivalent(policy: Policy, run: RunRecord) -> list[str]:
+    """The e2e legs of the run that promised equivalent (the label is read only where one did)."""
+    legs = _gpu_legs(_moegate_jobs(policy, run))
+    return sorted(leg for leg, (says, _) in legs.items() if says == "promise equivalent")
+
+
 def equivalent_only_with_a_label_at_this_head(policy: Policy, run: RunRecord) -> list[str]:
-    promised = sorted(
-        leg for leg, (says, _) in _gpu_legs(_moegate_jobs(policy, run)).items() if says == "promise equivalent"
-    )
+    promised = promised_equivalent(policy, run)
     if not promised:
         return []
     legs = ", ".join(promised)

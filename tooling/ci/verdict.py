@@ -12,9 +12,9 @@ request and runs none of its code: every fact is read from GitHub's API as data 
   all listed" and every tier is owed), the policy at the merge base (``.github/moegate-policy.yml``), the caller
   file at the run's head;
 - the run's jobs (names, conclusions, runner labels, links);
-- for ``equivalent``, the label's last ``labeled`` event (who), the actor's permission, and the head at that moment:
-  the head SHA of the newest caller run GitHub created for the pull request's branch at or before it (a run starts
-  on every push; a push after the label makes a newer head, which the label then does not cover).
+- where an e2e leg promised ``equivalent``: the label's last ``labeled`` event (who), the actor's permission, and the
+  head at that moment: the head SHA of the newest caller run GitHub created for the pull request's branch at or
+  before it (a run starts on every push; a push after the label makes a newer head, which the label does not cover).
 
 It writes the report (the verdict's line, every reason, the failing legs with links to their jobs, who applied the
 label and at which SHA) to stdout and ``$GITHUB_STEP_SUMMARY``, and posts the commit status ``status-context`` on
@@ -28,6 +28,7 @@ without the SHA it was applied at, an API call that failed).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -39,7 +40,7 @@ from typing import Any
 from tooling.ci.github_api import Api, ApiError
 from tooling.ci.moe_paths import LIST, PathsError, read_list
 from tooling.ci.policy import POLICY_PATH, Policy, PolicyError, parse
-from tooling.ci.run_check import Job, Label, RunRecord, Verdict, judge
+from tooling.ci.run_check import Job, Label, RunRecord, Verdict, judge, promised_equivalent
 
 COMPARE_FILES_MAX = 300  # GitHub's compare lists at most this many files
 QUEUE_BRANCH = re.compile(r"^gh-readonly-queue/(?P<base>.+)/pr-(?P<number>\d+)-[0-9a-f]+$")
@@ -134,7 +135,6 @@ def gather(
     if len(files) >= COMPARE_FILES_MAX:
         changed = None
     pr = api.get(f"/repos/{repo}/pulls/{number}")
-    label = label_record(api, repo, pr, policy.equivalent_label, policy.caller)
     record = RunRecord(
         path=str(wr.get("path", "")),
         event=str(wr.get("event", "")),
@@ -144,10 +144,11 @@ def gather(
         jobs=jobs,
         changed=changed,
         moe_paths=tuple(moe_paths),
-        label=label,
         url=str(wr.get("html_url", "")),
         pr_head=str((pr.get("head") or {}).get("sha", head)) if wr.get("event") == "merge_group" else head,
     )
+    if promised_equivalent(policy, record):  # who applied the label, and at which head: only where it is needed
+        record = dataclasses.replace(record, label=label_record(api, repo, pr, policy.equivalent_label, policy.caller))
     return policy, record, Context(repo, number, merge_base, target_url)
 
 
@@ -172,7 +173,7 @@ def report(policy: Policy, run: RunRecord, verdict: Verdict, ctx: Context) -> st
     lines += [f"- FAIL: {r}" for r in verdict.reasons]
     lines += [f"- {n}" for n in verdict.notes]
     if run.label is None:
-        lines.append(f"- {policy.equivalent_label}: not on #{ctx.pr}")
+        lines.append(f"- {policy.equivalent_label}: not read (every e2e leg promised identical), or not on #{ctx.pr}")
     lines += ["", (f"Run {run.url or '?'} at {run.head_sha}, pull request #{ctx.pr}, merge base {ctx.merge_base}, "
               f"policy {POLICY_PATH} there (moegate {', '.join(r[:12] for r in policy.moegate_refs)}).")]  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -116,3 +116,16 @@ def test_the_status_goes_out_with_the_verdict_apps_token_where_one_is_given(vllm
     by_call = list(zip(scenario.calls, scenario.tokens, strict=True))
     assert [t for c, t in by_call if c.startswith("POST ")] == ["app-token"]
     assert {t for c, t in by_call if c.startswith("GET ")} == {"workflow-token"}
+
+
+def test_the_label_is_read_only_where_an_e2e_leg_promised_equivalent(vllm, tmp_path):
+    """A label without its SHA stops the verdict only where equivalent was promised; else it is not read at all."""
+    repo, heads = vllm
+    case = next(c for c in vc.CASES if c.name == "label-without-sha")
+    head = heads[case.name][-1]
+    outputs = {**vc.changes_outputs(repo, case, head), "promise": "identical"}
+    scenario = vc.scenario(repo, case, heads[case.name], outputs)
+    proc = _verdict(scenario, vc.workflow_run_event(repo, case, head), tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert scenario.statuses[-1]["state"] == "success"
+    assert not [c for c in scenario.calls if "/events" in c or "/permission" in c]
