@@ -132,6 +132,13 @@ def gate(session: nox.Session) -> None:
     session.run(py, "-m", "moegate", "gate", f"--vllm-python={py}", *rest, external=True)
 
 
+@nox.session(python=False)
+def fit(session: nox.Session) -> None:
+    """Does moegate still fit a vLLM (`python -m moegate.vllm.fit`): `-- --vllm=SPEC [--json=FILE]`; exit 3: it does not."""
+    py, rest = _vllm(session)
+    session.run(py, "-m", "moegate.vllm.fit", *rest, external=True, success_codes=[0, 3])
+
+
 @nox.session(name="builds", python=False)
 def leg_builds(session: nox.Session) -> None:
     """A GPU leg's interpreters and model, built once, as JSON for `python -m tooling.ci.gpu_leg`:

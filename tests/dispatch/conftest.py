@@ -1,6 +1,6 @@
 """The dispatch tier's order: the properties first, the census's static checks last.
 
-The census tests (``test_census*.py``, ``test_dispatch_sites.py``) read vLLM's source and
+The census tests (``test_census*.py``, ``test_dispatch_sites.py``, ``test_fit.py``) read vLLM's source and
 take several seconds; under ``-x`` (the mutation run, ``moegate.power.run``) a mutant that
 the properties kill should not pay for them first, and a dispatch bug should be the first
 failure a developer sees.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-LAST = ("test_census.py", "test_census_bad_input.py", "test_dispatch_sites.py")
+LAST = ("test_census.py", "test_census_bad_input.py", "test_dispatch_sites.py", "test_fit.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

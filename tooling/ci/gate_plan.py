@@ -3,6 +3,7 @@
 Standard library only: the `plan` job runs it with the runner's own python3.
 
     python -m tooling.ci.gate_plan plan --tiers dispatch,kernels --base 0.32.0 --pr 0.33.0 [--models random,trained] [--remote]
+        [--promise identical|equivalent] [--ab-gate true|false] [--ab-gate-threshold 0.03] [--min-kernel-tests 40]
     python -m tooling.ci.gate_plan nox-arg SPEC        # --vllm=SPEC or --vllm-python=PATH for the nox sessions
     python -m tooling.ci.gate_plan local-spec SPEC [--dir WHEELS]  # on the runner: the wheel/python found there
     python -m tooling.ci.gate_plan local-arg SPEC [--dir WHEELS]   # the same, as the nox argument
@@ -24,6 +25,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import PurePosixPath
+from typing import Any
 
 from moegate.core import tiers as vocabulary  # standard library only, as this module is
 
@@ -137,8 +139,26 @@ def local_spec(name: str, spec: str, wheel_dir: str = "") -> str:
     return spec
 
 
-def gpu_matrix(tiers: list[str], models: list[str]) -> list[dict[str, str]]:
-    """One leg per (tier, model, build pair). Kernels gate the PR build and need no model; the A/B serves the first."""
+PROMISES = ("identical", "equivalent")  # what the e2e legs hold the PR to (docs/e2e-rules.md)
+
+
+def leg_says(tier: str, promise: str = "identical", ab_gate: bool = True, ab_gate_threshold: float = 0.03,
+             min_kernel_tests: int = 40) -> str:  # fmt: skip
+    """What a leg runs with, as its job's name says it (``gpu LEG: SAYS``): the verdict of a vLLM repository reads the
+    run's job names to know what ran (``tooling/ci/run_check.py``), so the settings that could make a leg do less are
+    in them."""
+    if tier == "kernels":
+        return f"at least {min_kernel_tests} kernel tests"
+    if tier == "e2e":
+        return f"promise {promise}"
+    if tier == "ab":
+        return f"gating at {ab_gate_threshold:g}" if ab_gate else "advisory"
+    raise PlanError(f"tier {tier!r} has no GPU leg")
+
+
+def gpu_matrix(tiers: list[str], models: list[str], **settings: Any) -> list[dict[str, str]]:
+    """One leg per (tier, model, build pair). Kernels gate the PR build and need no model; the A/B serves the first.
+    ``settings`` (promise, ab_gate, ab_gate_threshold, min_kernel_tests) go into each leg's ``says``."""
     legs: list[dict[str, str]] = []
     for tier in tiers:
         if tier not in GPU_TIERS:
@@ -147,14 +167,33 @@ def gpu_matrix(tiers: list[str], models: list[str]) -> list[dict[str, str]]:
         for model in models if tier == "e2e" else [models[0] if tier == "ab" else "-"]:
             slug = re.sub(r"[^0-9A-Za-z._-]+", "_", model)
             leg = f"{tier}-{slug}-{pair}" if tier == "e2e" else f"{tier}-{pair}"
-            legs.append({"tier": tier, "model": model, "pair": pair, "leg": leg})
+            legs.append({"tier": tier, "model": model, "pair": pair, "leg": leg, "says": leg_says(tier, **settings)})
     return legs
 
 
+RUNNER_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def gpu_runner_label(label: str) -> str:
+    """The ``gpu-runner-label`` input: the GPU pool's own label, added to ``self-hosted, linux, x64, gpu``."""
+    if not RUNNER_LABEL.match(label):
+        raise PlanError(f"gpu-runner-label={label!r} is not a runner label (letters, digits, . _ -; such as rtx4090)")
+    return label
+
+
 def plan(
-    tiers_text: str, base: str, pr: str, models_text: str = DEFAULT_MODELS, remote: bool = False
+    tiers_text: str,
+    base: str,
+    pr: str,
+    models_text: str = DEFAULT_MODELS,
+    remote: bool = False,
+    **settings: Any,
 ) -> dict[str, str]:
+    """The plan job's outputs; ``settings``: promise, ab_gate, ab_gate_threshold, min_kernel_tests (``leg_says``)."""
     tiers = parse_tiers(tiers_text)
+    promise = settings.get("promise", "identical")
+    if promise not in PROMISES:
+        raise PlanError(f"promise={promise!r} is no promise; choose {' or '.join(PROMISES)} (docs/e2e-rules.md)")
     for name, spec in (("base", base), ("pr", pr)):
         classify(name, spec)
     if "meta" in tiers and classify("base", base) == "version" and base not in META_BASES:
@@ -166,7 +205,7 @@ def plan(
     if remote:
         check_remote("base", base)
         check_remote("pr", pr)
-    legs = gpu_matrix(tiers, models)
+    legs = gpu_matrix(tiers, models, **settings)
     out = {f"run-{t}": str(t in tiers).lower() for t in TIERS}
     out["run-gpu"] = str(bool(legs)).lower()
     out["gpu-matrix"] = json.dumps({"include": legs}, separators=(",", ":"))
@@ -184,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pr", required=True)
     p.add_argument("--models", default=DEFAULT_MODELS)
     p.add_argument("--remote", action="store_true", help="check versions on PyPI and wheel URLs")
+    p.add_argument("--promise", default="identical", help="the e2e legs' promise: identical or equivalent")
+    p.add_argument("--ab-gate", default="true", choices=["true", "false"], help="the A/B gates (false: advisory)")
+    p.add_argument("--ab-gate-threshold", type=float, default=0.03)
+    p.add_argument("--min-kernel-tests", type=int, default=40)
+    p.add_argument("--gpu-runner-label", default="rtx4090", help="the GPU pool's own label")
     sub.add_parser("nox-arg").add_argument("spec")
     for cmd in ("local-spec", "local-arg"):
         c = sub.add_parser(cmd)
@@ -198,7 +242,12 @@ def main(argv: list[str] | None = None) -> int:
             spec = local_spec(args.name, args.spec, args.dir)
             print(nox_arg(spec) if args.cmd == "local-arg" else spec)
         else:
-            out = plan(args.tiers, args.base, args.pr, args.models, args.remote)
+            gpu_runner_label(args.gpu_runner_label)
+            out = plan(
+                args.tiers, args.base, args.pr, args.models, args.remote, promise=args.promise,
+                ab_gate=args.ab_gate == "true", ab_gate_threshold=args.ab_gate_threshold,
+                min_kernel_tests=args.min_kernel_tests,
+            )  # fmt: skip
             lines = [f"{k}={v}" for k, v in out.items()]
             print("\n".join(lines))
             if os.environ.get("GITHUB_OUTPUT"):

@@ -8,7 +8,8 @@ configuration, none of this machine's package caches, no `../shared`. Each job's
 and wall time go to results/ci-replay.json and results/ci-replay.md.
 
 Options: --jobs=A,B (workflow:job or job ids; default every hosted job), --work=DIR,
---snapshots=DIR, --gsm8k-dir=DIR, --keep (leave the run folder), --prepare-only.
+--snapshots=DIR, --gsm8k-dir=DIR, --keep (leave the run folder), --prepare-only. ``--verdict [--cases=A,B]`` first:
+the verdict's done-when cases instead (``verdict_replay.py``: the caller's changes job and the verdict workflow).
 """
 
 from __future__ import annotations
@@ -229,6 +230,10 @@ def replay_run(
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["--verdict"]:  # the verdict's cases (verdict_replay.py)
+        from tooling.ci_replay.verdict_replay import main as verdict_main
+
+        return verdict_main((sys.argv[1:] if argv is None else argv)[1:])
     ap = argparse.ArgumentParser(prog="python -m tooling.ci_replay", description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", default="", help="comma list of workflow:job or job ids (default: every hosted job)")
     ap.add_argument(

@@ -204,6 +204,49 @@ print(f"ci-replay stand-in: artifact {name}: {len(chosen)} files kept in {dest}"
 '''
 
 
+DOWNLOAD_STUB_ACTION = """name: download-artifact (ci-replay stand-in)
+description: copies artifacts this run kept in the replay's artifact folder, as actions/download-artifact lays them out
+inputs:
+  name: {default: ""}
+  pattern: {default: ""}
+  path: {default: "."}
+  merge-multiple: {default: "false"}
+  run-id: {default: ""}
+  github-token: {default: ""}
+runs:
+  using: composite
+  steps:
+    - shell: bash
+      env:
+        NAME: ${{ inputs.name }}
+        PATTERN: ${{ inputs.pattern }}
+        DEST: ${{ inputs.path }}
+        MERGE: ${{ inputs.merge-multiple }}
+        RUN_ID: ${{ inputs.run-id }}
+      run: python3 "$GITHUB_ACTION_PATH/download.py"
+"""
+
+DOWNLOAD_STUB_SCRIPT = '''"""download-artifact's layout: one named artifact into path, a pattern's each into path/<name> (or merged)."""
+import fnmatch, os, shutil, sys
+from pathlib import Path
+
+kept = Path(os.environ["MOEGATE_REPLAY_ARTIFACTS"])
+name, pattern, dest = os.environ["NAME"], os.environ["PATTERN"], Path(os.environ["DEST"])
+if os.environ["RUN_ID"]:
+    sys.exit(f"::error::ci-replay stand-in: no earlier run {os.environ['RUN_ID']} to download from")
+if name:
+    if not (kept / name).is_dir():
+        sys.exit(f"::error::Artifact not found for name: {name}")
+    shutil.copytree(kept / name, dest, dirs_exist_ok=True)
+    print(f"ci-replay stand-in: artifact {name} into {dest}")
+    sys.exit(0)
+found = sorted(p for p in kept.iterdir() if p.is_dir() and fnmatch.fnmatch(p.name, pattern or "*")) if kept.is_dir() else []
+for art in found:
+    shutil.copytree(art, dest if os.environ["MERGE"] == "true" else dest / art.name, dirs_exist_ok=True)
+print(f"ci-replay stand-in: {len(found)} artifacts matching {pattern or '*'} into {dest}")
+'''
+
+
 def _bare(path: Path) -> None:
     _run(["git", "init", "-q", "--bare", str(path)])
 
@@ -218,8 +261,11 @@ def offline_action(act_dir: Path, snapshots: Path, owner: str, repo: str, sha: s
         work = act_dir / f"_stub-{owner}-{repo}"
         work.mkdir()
         _run(["git", "init", "-q", str(work)])
-        (work / "action.yml").write_text(UPLOAD_STUB_ACTION)
-        (work / "upload.py").write_text(UPLOAD_STUB_SCRIPT)
+        upload = repo == "upload-artifact"
+        (work / "action.yml").write_text(UPLOAD_STUB_ACTION if upload else DOWNLOAD_STUB_ACTION)
+        (work / ("upload.py" if upload else "download.py")).write_text(
+            UPLOAD_STUB_SCRIPT if upload else DOWNLOAD_STUB_SCRIPT
+        )
         stub = _commit(work, f"ci-replay stand-in for {owner}/{repo}@{sha}")
         _bare(bare)
         _run(["git", "-C", str(work), "push", "-q", str(bare), f"{stub}:{ref}"])

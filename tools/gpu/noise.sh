@@ -30,8 +30,7 @@ PY=${PYTHON:-python3}
 PROMPTS_FILE=${PROMPTS_FILE:-${DATA:-$PWD/.gpu/g18/data}/prompts.jsonl}
 PROMPTS=${PROMPTS:-64} TOKENS=${TOKENS:-32}
 WORK=${NOISE_WORK:-$HOME/noise}
-ARGS=${SERVER_ARGS:-"--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching \
---gpu-memory-utilization 0.05 --kv-cache-memory-bytes 1073741824"}
+ARGS=${SERVER_ARGS:-"$(PYTHONPATH=$PWD $PY -m tooling.serving --base-only) --gpu-memory-utilization 0.05 --kv-cache-memory-bytes 1073741824"}
 export PYTHONUNBUFFERED=1 VLLM_USE_FLASHINFER_SAMPLER=0 TOKENIZERS_PARALLELISM=false
 
 mkdir -p "$RES" "$WORK"

@@ -8,7 +8,12 @@ a path of vLLM's repository, plus the folders the census reads whole:
   the activations and the tuned configs (a file there is named by its folder, not again);
 - ``vllm/model_executor/models/registry.py`` and ``vllm/transformers_utils/configs/``: how the census maps an
   architecture to its model file and pins a layer's shape;
-- ``csrc/moe/``: the compiled aligners (``moe_align_block_size``) the sites call, which no Python file shows.
+- ``csrc/moe/``: the compiled aligners (``moe_align_block_size``) the sites call, which no Python file shows;
+- from ``moegate.vllm.names``, where moegate spells every vLLM module it relies on: the UVA offloader's package and
+  the loader's post-processing (``device_loading_context`` re-offloads what lost its marker).
+
+The one list: ``moegate census paths`` prints it, ``moegate buildkite`` writes it as ``source_file_dependencies`` and
+``tooling/ci/moe_paths.py`` as the GitHub caller's ``moe-paths.txt``.
 
 A folder ends in ``/``: a prefix as Buildkite's ``source_file_dependencies`` takes it (``moegate buildkite``); a
 GitHub ``paths:`` filter writes it ``<folder>**``. ``moegate census paths`` prints the list, one a line.
@@ -21,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from moegate.core import golden
+from moegate.vllm import names
 from moegate.vllm.census import archs, builders, census, configs
 
 PACKAGE = "vllm"
@@ -28,15 +34,17 @@ PACKAGE = "vllm"
 FUSED_MOE = f"{PACKAGE}/{PurePosixPath(builders.LAYER_MODULE).parent}/"
 READ_WHOLE = (FUSED_MOE, f"{PACKAGE}/{configs.VLLM_CONFIGS}/")
 """The folders the census reads whole."""
-READ_FILES = (f"{PACKAGE}/{archs.REGISTRY}",)
-"""The files it reads that no record names."""
+READ_FILES = (f"{PACKAGE}/{archs.REGISTRY}", names.LOADER_UTILS.replace(".", "/") + ".py")
+"""The files it reads that no record names, and the loader's re-offload."""
+OFFLOADER = "/".join(names.UVA_OFFLOADER_MODULE.split(".")[:-1]) + "/"
+"""The UVA offloader's package: what makes expert weights host-resident."""
 COMPILED = ("csrc/moe/",)
 """Sources of the compiled ops the dispatch sites call (the aligners): a change there reaches the kernels."""
 
 
 def watched_paths(records: Iterable[dict[str, Any]]) -> list[str]:
     """Sorted, each once: the folders above, then every file a record names that no folder already holds."""
-    folders = (*COMPILED, *READ_WHOLE)
+    folders = (*COMPILED, *READ_WHOLE, OFFLOADER)
     files = {f"{PACKAGE}/{rec['file']}" for rec in records if rec.get("file")} | set(READ_FILES)
     return sorted(set(folders) | {f for f in files if not f.startswith(folders)})
 

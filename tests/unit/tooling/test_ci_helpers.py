@@ -215,3 +215,34 @@ def test_the_published_gsm8k_files_are_exported_to_the_later_steps(tmp_path):
     proc = _fetch_gsm8k(tmp_path, source)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "github_env").read_text() == f"MOEGATE_GSM8K_DIR={tmp_path / 'runner' / 'gsm8k'}\n"
+
+
+def test_each_gpu_leg_says_what_it_runs_with_for_the_verdict_to_read():
+    out = gate_plan.plan("dispatch,kernels,e2e,ab", "0.32.0", "0.33.0", "random", promise="equivalent",
+                         ab_gate=False, min_kernel_tests=60)  # fmt: skip
+    says = {leg["leg"]: leg["says"] for leg in json.loads(out["gpu-matrix"])["include"]}
+    assert says == {"kernels-pr": "at least 60 kernel tests", "e2e-random-base-vs-pr": "promise equivalent",
+                    "ab-base-vs-pr": "advisory"}  # fmt: skip
+    gating = json.loads(gate_plan.plan("ab", "0.32.0", "0.33.0", ab_gate_threshold=0.05)["gpu-matrix"])["include"]
+    assert gating[0]["says"] == "gating at 0.05"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--promise", "maybe"], "moegate: promise='maybe' is no promise; choose identical or equivalent"),
+        (["--gpu-runner-label", ""], "moegate: gpu-runner-label='' is not a runner label"),
+        (["--gpu-runner-label", "gpu, ubuntu-24.04"], "gpu-runner-label='gpu, ubuntu-24.04' is not a runner label"),
+    ],
+)
+def test_a_bad_promise_or_runner_label_is_one_line(args, says):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tooling.ci.gate_plan", "plan", "--tiers", "dispatch", "--base", "0.32.0", "--pr",
+         "0.33.0", *args], cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith(says) or says in proc.stderr, proc.stderr
+
+
+def test_another_pools_label_is_accepted():
+    assert gate_plan.gpu_runner_label("h100-80gb") == "h100-80gb"

@@ -59,3 +59,53 @@ def test_one_job_alone_is_replayed_with_what_act_must_run_with_it():
     with pytest.raises(KeyError, match="'gpu' is not a replayed job"):
         run_for("gpu")
     assert len(replayed()) == len(set(replayed()))
+
+
+def test_the_verdict_replays_stand_ins_still_apply_to_the_examples(tmp_path):
+    """The two checkouts of moegate the verdict's replay stands in for are still there, as it rewrites them."""
+    from tooling.ci_replay import verdict_replay as vr
+    from tooling.ci_replay.common import ReplayError
+
+    verdict = yaml.safe_load(vr.verdict_workflow(tmp_path / "verdict.yml").read_text())
+    checkout = next(
+        s for s in verdict["jobs"]["verdict"]["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")
+    )
+    assert "repository" not in checkout["with"] and "ref" not in checkout["with"]
+    caller = (ROOT / "examples" / "vllm-caller.yml").read_text()
+    changes = yaml.safe_load(vr.caller_workflow(caller, tmp_path / "caller.yml").read_text())["jobs"]["changes"]
+    assert [s.get("run", "").split("  #")[0] for s in changes["steps"][:2]] == [
+        "",
+        'cp -a "$MOEGATE_REPLAY_MOEGATE" .moegate',
+    ]
+    with pytest.raises(ReplayError, match="stand-in 'moegate checkout -> cp of the copy' no longer applies"):
+        vr.caller_workflow(caller.replace("path: .moegate", "path: moegate"), tmp_path / "caller.yml")
+
+
+def test_the_download_stand_in_lays_artifacts_out_as_download_artifact_does(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tooling.ci_replay.standins import DOWNLOAD_STUB_SCRIPT
+
+    kept = tmp_path / "artifacts"
+    for name in ("moegate-dispatch-attempt1", "moegate-kernels-pr-attempt1", "vllm-wheels"):
+        (kept / name / "reports").mkdir(parents=True)
+        (kept / name / "reports" / "leg.json").write_text(name)
+    script = tmp_path / "download.py"
+    script.write_text(DOWNLOAD_STUB_SCRIPT)
+
+    def download(dest: str, **inputs: str) -> subprocess.CompletedProcess[str]:
+        env = {"NAME": "", "PATTERN": "", "DEST": str(tmp_path / dest), "MERGE": "false", "RUN_ID": "", **inputs}
+        return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False,
+                              env={**os.environ, "MOEGATE_REPLAY_ARTIFACTS": str(kept), **env})  # fmt: skip
+
+    assert download("legs", PATTERN="moegate-*-attempt1").returncode == 0
+    assert sorted(p.name for p in (tmp_path / "legs").iterdir()) == [
+        "moegate-dispatch-attempt1",
+        "moegate-kernels-pr-attempt1",
+    ]
+    assert download("one", NAME="vllm-wheels").returncode == 0
+    assert (tmp_path / "one" / "reports" / "leg.json").read_text() == "vllm-wheels"
+    assert "Artifact not found for name: nope" in download("x", NAME="nope").stdout + download("x", NAME="nope").stderr
+    assert download("x", RUN_ID="123").returncode == 1

@@ -145,7 +145,7 @@ def test_same_code_runs_the_gpu_jobs_legs_on_two_dev_builds_of_one_site_and_pack
     assert legs[0][:2] == ["preflight", "--start"]
     kernels = _leg_command(rehearsal, "same", "kernels")
     assert kernels[:4] == [str(rehearsal / "dev2" / "bin" / "python"), "-m", "moegate", "gate"]
-    assert "--min-kernel-tests=40" in kernels and "--tiers=dispatch,kernels" in kernels
+    assert "--min-kernel-tests=40" in kernels and "--tiers=dispatch,kernels,diff" in kernels  # the base: the diff tier
     e2e = _leg_command(rehearsal, "same", "e2e-trained")
     assert (
         f"--base={rehearsal / 'dev1' / 'bin' / 'python'}" in e2e

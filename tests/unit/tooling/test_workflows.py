@@ -16,10 +16,16 @@ from tests.support import ROOT
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed here (the unit env has it: nox -s unit)")
 
-FILES = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [ROOT / "examples" / "vllm-caller.yml"]
-GATE, REUSABLE = "gate.yml", "moegate.yml"
+FILES = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [
+    ROOT / "examples" / "vllm-caller.yml",
+    ROOT / "examples" / "vllm-verdict.yml",
+]
+GATE, REUSABLE, CALLER, VERDICT = "gate.yml", "moegate.yml", "vllm-caller.yml", "vllm-verdict.yml"
 FINAL_JOB = {GATE: "gate", REUSABLE: "verdict"}  # the job that must need every other job
 PRIVILEGED = ("pull_request_target", "workflow_run")
+WORKFLOW_RUN_ONLY_IN = {VERDICT}
+"""The one workflow that may run on workflow_run: the verdict, which reads the caller's run as data
+(``the_verdict_runs_nothing_of_the_pull_request``). pull_request_target is nowhere."""
 GPU_LABELS = {"self-hosted", "gpu"}
 SHA_PIN = re.compile(r"^\s*-?\s*uses:\s*([^\s#]+)(?:\s+#\s*(\S.*))?$")
 
@@ -104,6 +110,8 @@ def no_privileged_trigger(wfs: Workflows) -> list[str]:
     problems = []
     for name, wf in wfs.items():
         for trigger in PRIVILEGED:
+            if trigger == "workflow_run" and name in WORKFLOW_RUN_ONLY_IN:
+                continue
             if trigger in _triggers(wf["data"]) or re.search(rf"^\s*{trigger}\s*:", wf["text"], re.MULTILINE):
                 problems.append(f"{name}: privileged trigger {trigger}")
     return problems
@@ -266,6 +274,151 @@ def the_ab_tier_is_called_ab_and_states_how_it_gates(wfs: Workflows) -> list[str
     return problems
 
 
+VERDICT_PERMISSIONS = {
+    "actions": "read",
+    "contents": "read",
+    "pull-requests": "read",
+    "issues": "read",
+    "statuses": "write",
+}
+ATTACKER_FIELDS = re.compile(r"workflow_run\.(head_branch|head_commit|display_title|head_repository|pull_requests)")
+
+
+def _pinned_moegate(wfs: Workflows) -> set[str]:
+    """Every moegate commit the caller and the verdict pin (uses:, moegate-ref, the checkouts): one, or a problem."""
+    found = set()
+    for name in (CALLER, VERDICT):
+        for job in wfs[name]["data"]["jobs"].values():
+            if "uses" in job:
+                found.add(str(job["uses"]).rpartition("@")[2])
+                found.add(str((job.get("with") or {}).get("moegate-ref")))
+            for step in job.get("steps", []):
+                given = step.get("with") or {}
+                if given.get("repository") == "your-org/moegate":
+                    found.add(str(given.get("ref")))
+    return found
+
+
+def the_verdict_runs_nothing_of_the_pull_request(wfs: Workflows) -> list[str]:
+    """The workflow_run verdict: the caller's completed runs only, least privilege, moegate's code at the pinned
+    commit, no artifact of the run downloaded, no string the pull request controls spliced anywhere."""
+    problems = []
+    data, text = wfs[VERDICT]["data"], wfs[VERDICT]["text"]
+    trigger = _triggers(data).get("workflow_run") or {}
+    caller_name = wfs[CALLER]["data"].get("name")
+    if (
+        set(_triggers(data)) != {"workflow_run"}
+        or trigger.get("workflows") != [caller_name]
+        or trigger.get("types") != ["completed"]
+    ):
+        problems.append(f"{VERDICT}: must run on workflow_run of [{caller_name}] (completed) and nothing else")
+    for job_name, job in data["jobs"].items():
+        if job.get("permissions") != VERDICT_PERMISSIONS:
+            problems.append(f"{VERDICT}: job {job_name!r} asks for {job.get('permissions')}, not {VERDICT_PERMISSIONS}")
+        for step in job.get("steps", []):
+            uses, given = str(step.get("uses", "")), step.get("with") or {}
+            if uses.startswith("actions/checkout@") and (
+                given.get("repository") != "your-org/moegate"
+                or not re.fullmatch(r"[0-9a-f]{40}", str(given.get("ref")))
+            ):
+                problems.append(
+                    f"{VERDICT}: job {job_name!r} checks out something other than moegate at a pinned commit"
+                )
+            if "download-artifact" in uses:
+                problems.append(f"{VERDICT}: job {job_name!r} downloads an artifact of the run it judges")
+    spliced = ATTACKER_FIELDS.search(text)
+    if spliced:
+        problems.append(f"{VERDICT}: uses a field of the run that the pull request writes ({spliced.group(0)})")
+    if "python -m tooling.ci.verdict" not in " ".join(_run_steps(next(iter(data["jobs"].values())))):
+        problems.append(f"{VERDICT}: does not run python -m tooling.ci.verdict")
+    pins = _pinned_moegate(wfs)
+    if len(pins) != 1:
+        problems.append(f"{CALLER} and {VERDICT} pin more than one moegate commit: {sorted(pins)}")
+    return problems
+
+
+GATE_LABELS = ("gpu-ok", "moegate-equivalent")
+
+
+def _needs(job: dict[str, Any]) -> set[str]:
+    needs = job.get("needs", [])
+    return {needs} if isinstance(needs, str) else set(needs)
+
+
+def the_caller_filters_by_paths_and_labels_and_handles_the_queue(wfs: Workflows) -> list[str]:
+    """Dispatch on every PR, the GPU legs by the census's paths, only the gate's own labels restart it, merge_group."""
+    problems = []
+    data = wfs[CALLER]["data"]
+    on = _triggers(data)
+    if "merge_group" not in on:
+        problems.append(f"{CALLER}: no merge_group trigger: a required check would stall a merge queue")
+    jobs = data["jobs"]
+    first = jobs.get("changes", {})
+    condition = " ".join(str(first.get("if", "")).split())
+    labels = set(re.findall(r"github\.event\.label\.name == '([^']+)'", condition))
+    if "github.event.action != 'labeled'" not in condition or labels != set(GATE_LABELS):
+        problems.append(
+            f"{CALLER}: job 'changes' does not skip every label but the gate's own ({', '.join(GATE_LABELS)})"
+        )
+    for job_name, job in jobs.items():
+        if job_name != "changes" and "changes" not in _needs(job):
+            problems.append(f"{CALLER}: job {job_name!r} does not need 'changes', so another label would run it")
+    group = " ".join(str((data.get("concurrency") or {}).get("group", "")).split())
+    if "github.run_id" not in group or not all(f"'{lbl}'" in group for lbl in GATE_LABELS):
+        problems.append(f"{CALLER}: another label's run shares the PR's concurrency group and would cancel the gate")
+    if not any("tooling.ci.moe_paths match" in r for r in _run_steps(first)):
+        problems.append(f"{CALLER}: job 'changes' does not match the changed paths against the census's list")
+    given = (jobs.get("moegate") or {}).get("with") or {}
+    if given.get("tiers") != "${{ needs.changes.outputs.tiers }}":
+        problems.append(f"{CALLER}: the tiers are {given.get('tiers')!r}, not the changes job's")
+    if "gpu-runner-label" not in given:
+        problems.append(f"{CALLER}: the GPU pool's label is not passed (gpu-runner-label)")
+    return problems
+
+
+def every_failing_leg_is_named_with_its_page(wfs: Workflows) -> list[str]:
+    """Each tier job marks its leg (outcome, page) before its upload; the verdict job names the failing ones."""
+    problems = []
+    jobs = wfs[REUSABLE]["data"]["jobs"]
+    for job_name in ("dispatch", "meta", "gpu"):
+        steps = jobs[job_name]["steps"]
+        mark = next((i for i, s in enumerate(steps) if "tooling.ci.leg_pages mark" in str(s.get("run", ""))), None)
+        upload = next((i for i, s in enumerate(steps) if "upload-artifact" in str(s.get("uses", ""))
+                       and str((s.get("with") or {}).get("name", "")).startswith("moegate-")), None)  # fmt: skip
+        if mark is None or upload is None or mark > upload or steps[mark].get("if") != "always()":
+            problems.append(f"{REUSABLE}: job {job_name!r} does not mark its leg (always()) before its upload")
+    if not any("tooling.ci.leg_pages verdict" in r for r in _run_steps(jobs["verdict"])):
+        problems.append(f"{REUSABLE}: the verdict job does not name each failing leg (tooling.ci.leg_pages verdict)")
+    env = wfs[REUSABLE]["data"].get("env") or {}
+    if (
+        env.get("MOEGATE_EXAMPLES")
+        != "${{ inputs.moegate-repository == '' || inputs.moegate-repository == github.repository }}"
+    ):
+        problems.append(f"{REUSABLE}: @example lines are not kept to moegate's own runs (MOEGATE_EXAMPLES)")
+    return problems
+
+
+NIGHTLY = "vllm-main.yml"
+
+
+def the_nightly_tells_no_fit_apart_from_fail(wfs: Workflows) -> list[str]:
+    """Against vLLM's main branch: the fit probe before any case, the gate only where it fits, three outcomes."""
+    problems = []
+    data = wfs[NIGHTLY]["data"]
+    if set(_triggers(data)) - {"schedule", "workflow_dispatch"}:
+        problems.append(f"{NIGHTLY}: runs on more than its schedule and dispatch")
+    jobs = data["jobs"]
+    fit_runs = " ".join(_run_steps(jobs["fit"]))
+    if "nox -s fit" not in fit_runs or "tooling.ci.vllm_main fit" not in fit_runs:
+        problems.append(f"{NIGHTLY}: the fit job does not probe the build (nox -s fit) before any case")
+    if jobs["gate"].get("if") != "needs.fit.outputs.fits == 'true'" or "fit" not in _needs(jobs["gate"]):
+        problems.append(f"{NIGHTLY}: the gate runs where moegate does not fit (its FAIL would be upkeep)")
+    report = " ".join(_run_steps(jobs["report"]))
+    if not all(w in report for w in ("moegate no longer fits this vLLM", "PASS: vLLM main", "FAIL: vLLM main")):
+        problems.append(f"{NIGHTLY}: the report does not tell PASS, FAIL and no longer fits apart")
+    return problems
+
+
 RULES = [
     final_job_needs_everything,
     gpu_jobs_keep_labels_and_floor,
@@ -277,6 +430,10 @@ RULES = [
     gsm8k_jobs_fetch_it,
     gpu_legs_start_with_preflight,
     the_ab_tier_is_called_ab_and_states_how_it_gates,
+    the_verdict_runs_nothing_of_the_pull_request,
+    the_caller_filters_by_paths_and_labels_and_handles_the_queue,
+    every_failing_leg_is_named_with_its_page,
+    the_nightly_tells_no_fit_apart_from_fail,
 ]
 
 
@@ -352,7 +509,8 @@ def _ab_never_gates(wfs: Workflows) -> None:
 
 def _silent_verdict(wfs: Workflows) -> None:
     for step in wfs[REUSABLE]["data"]["jobs"]["verdict"]["steps"]:
-        step["run"] = step["run"].replace('echo "$ab" >> "$GITHUB_STEP_SUMMARY"', "")
+        if "run" in step:
+            step["run"] = step["run"].replace('echo "$ab" >> "$GITHUB_STEP_SUMMARY"', "")
 
 
 def _zero_floor(wfs: Workflows) -> None:
@@ -414,9 +572,114 @@ def _gsm8k_too_late(wfs: Workflows) -> None:
     steps.append(fetch)
 
 
+def _verdict_job(wfs: Workflows) -> dict[str, Any]:
+    job: dict[str, Any] = next(iter(wfs[VERDICT]["data"]["jobs"].values()))
+    return job
+
+
+def _verdict_checks_out_the_pr(wfs: Workflows) -> None:
+    for step in _verdict_job(wfs)["steps"]:
+        if str(step.get("uses", "")).startswith("actions/checkout@"):
+            step["with"]["repository"] = "${{ github.event.workflow_run.head_repository.full_name }}"
+
+
+def _verdict_downloads(wfs: Workflows) -> None:
+    _verdict_job(wfs)["steps"].append({"uses": "actions/download-artifact@37930b1c2abaa49bbe596cd826c3c89aef350131"})
+
+
+def _verdict_writes(wfs: Workflows) -> None:
+    _verdict_job(wfs)["permissions"]["contents"] = "write"
+
+
+def _verdict_splices_the_branch(wfs: Workflows) -> None:
+    wfs[VERDICT]["text"] += "\n# ${{ github.event.workflow_run.head_branch }}\n"
+
+
+def _verdict_on_pushes(wfs: Workflows) -> None:
+    wfs[VERDICT]["data"][True if True in wfs[VERDICT]["data"] else "on"]["push"] = None
+
+
+def _caller_other_pin(wfs: Workflows) -> None:
+    wfs[CALLER]["data"]["jobs"]["moegate"]["with"]["moegate-ref"] = "f" * 40
+
+
+def _no_queue(wfs: Workflows) -> None:
+    wfs[CALLER]["data"][True if True in wfs[CALLER]["data"] else "on"].pop("merge_group")
+
+
+def _every_label_restarts(wfs: Workflows) -> None:
+    wfs[CALLER]["data"]["jobs"]["changes"].pop("if")
+
+
+def _wheels_on_any_label(wfs: Workflows) -> None:
+    wfs[CALLER]["data"]["jobs"]["wheels"].pop("needs")
+
+
+def _shared_group(wfs: Workflows) -> None:
+    wfs[CALLER]["data"]["concurrency"]["group"] = "moegate-caller-${{ github.ref }}"
+
+
+def _fixed_tiers(wfs: Workflows) -> None:
+    wfs[CALLER]["data"]["jobs"]["moegate"]["with"]["tiers"] = "dispatch,kernels,e2e"
+
+
+def _unmarked_gpu_leg(wfs: Workflows) -> None:
+    _gpu_steps(wfs)[:] = [s for s in _gpu_steps(wfs) if "leg_pages mark" not in str(s.get("run", ""))]
+
+
+def _unnamed_legs(wfs: Workflows) -> None:
+    steps = wfs[REUSABLE]["data"]["jobs"]["verdict"]["steps"]
+    steps[:] = [s for s in steps if "leg_pages verdict" not in str(s.get("run", ""))]
+
+
+def _gate_without_fit(wfs: Workflows) -> None:
+    wfs[NIGHTLY]["data"]["jobs"]["gate"].pop("if")
+
+
+def _one_outcome(wfs: Workflows) -> None:
+    for step in wfs[NIGHTLY]["data"]["jobs"]["report"]["steps"]:
+        step["run"] = step["run"].replace("moegate no longer fits this vLLM", "FAIL")
+
+
+def _examples_everywhere(wfs: Workflows) -> None:
+    wfs[REUSABLE]["data"]["env"]["MOEGATE_EXAMPLES"] = "true"
+
+
 @pytest.mark.parametrize(
     ("edit", "rule", "says"),
     [
+        (
+            _verdict_checks_out_the_pr,
+            the_verdict_runs_nothing_of_the_pull_request,
+            "checks out something other than moegate",
+        ),
+        (
+            _verdict_downloads,
+            the_verdict_runs_nothing_of_the_pull_request,
+            "downloads an artifact of the run it judges",
+        ),
+        (_verdict_writes, the_verdict_runs_nothing_of_the_pull_request, "asks for {"),
+        (_verdict_splices_the_branch, the_verdict_runs_nothing_of_the_pull_request, "(workflow_run.head_branch)"),
+        (_verdict_on_pushes, the_verdict_runs_nothing_of_the_pull_request, "must run on workflow_run of [moegate]"),
+        (_caller_other_pin, the_verdict_runs_nothing_of_the_pull_request, "pin more than one moegate commit"),
+        (_no_queue, the_caller_filters_by_paths_and_labels_and_handles_the_queue, "no merge_group trigger"),
+        (
+            _every_label_restarts,
+            the_caller_filters_by_paths_and_labels_and_handles_the_queue,
+            "does not skip every label",
+        ),
+        (
+            _wheels_on_any_label,
+            the_caller_filters_by_paths_and_labels_and_handles_the_queue,
+            "job 'wheels' does not need",
+        ),
+        (_shared_group, the_caller_filters_by_paths_and_labels_and_handles_the_queue, "would cancel the gate"),
+        (_fixed_tiers, the_caller_filters_by_paths_and_labels_and_handles_the_queue, "not the changes job's"),
+        (_unmarked_gpu_leg, every_failing_leg_is_named_with_its_page, "job 'gpu' does not mark its leg"),
+        (_unnamed_legs, every_failing_leg_is_named_with_its_page, "does not name each failing leg"),
+        (_examples_everywhere, every_failing_leg_is_named_with_its_page, "@example lines are not kept"),
+        (_gate_without_fit, the_nightly_tells_no_fit_apart_from_fail, "the gate runs where moegate does not fit"),
+        (_one_outcome, the_nightly_tells_no_fit_apart_from_fail, "does not tell PASS, FAIL and no longer fits apart"),
         (_drop_need, final_job_needs_everything, "job 'gate' does not need moegate"),
         (_new_tier_job, final_job_needs_everything, "job 'verdict' does not need e2e-extra"),
         (_drop_labels, gpu_jobs_keep_labels_and_floor, "not on the ['gpu', 'self-hosted'] pool"),

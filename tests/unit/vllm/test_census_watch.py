@@ -32,8 +32,10 @@ def test_a_file_inside_a_watched_folder_is_not_named_again():
     assert watch.watched_paths(records) == [
         "csrc/moe/",
         "vllm/model_executor/layers/fused_moe/",
+        "vllm/model_executor/model_loader/utils.py",
         "vllm/model_executor/models/qwen3_moe.py",
         "vllm/model_executor/models/registry.py",
+        "vllm/model_executor/offloader/",
         "vllm/transformers_utils/configs/",
     ]
 
