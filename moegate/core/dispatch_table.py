@@ -29,7 +29,8 @@ QUANTS: tuple[Quant | None, ...] = (None, Quant("int4_w4a16", 128), Quant("fp8_w
 SHARED_EXPERTS = (1, 2)
 """Fused shared-expert rows of the shared grid (unquantized: quantization meets the rule the same way with them)."""
 
-COLUMNS = ("tokens", "top_k", "experts", "placement", "expert_map", "quant", "legacy", "modular", "spec")
+COLUMNS = ("top_k", "experts", "placement", "expert_map", "quant", "tokens: path (clause)")
+"""A path (and a clause) reads ``legacy/modular`` where the two entrypoints differ."""
 
 
 def grid() -> Iterator[MoECase]:
@@ -53,21 +54,43 @@ def grid() -> Iterator[MoECase]:
         )
 
 
-def row(case: MoECase, observe: Callable[[MoECase, str], str]) -> str:
+def _cell(case: MoECase, observe: Callable[[MoECase, str], str]) -> str:
+    """One case's paths and deciding clauses: ``naive (naive)``, or ``naive/sorted (a/b)`` where the entrypoints
+    differ (legacy first)."""
     paths = [observe(case, ep) for ep in ENTRYPOINTS]
-    reasons = {ep: expected_path(case, ep).clause for ep in ENTRYPOINTS}
-    spec = (
-        reasons["legacy"]
-        if reasons["legacy"] == reasons["modular"]
-        else "; ".join(f"{ep}: {r}" for ep, r in reasons.items())
-    )
+    clauses = [expected_path(case, ep).clause for ep in ENTRYPOINTS]
+    path = paths[0] if len(set(paths)) == 1 else "/".join(paths)
+    clause = clauses[0] if len(set(clauses)) == 1 else "/".join(clauses)
+    return f"{path} ({clause})"
+
+
+def _key(case: MoECase) -> tuple[str, ...]:
+    """A row's columns: every field of the case but its token count."""
     em = "none" if case.expert_map is None else f"ep{case.expert_map.ep_rank}/{case.expert_map.ep_size}"
     q = "off" if case.quant is None else f"{case.quant.scheme}/g{case.quant.group_size}"
-    experts = f"{case.num_experts}+{case.shared_experts}" if case.shared_experts else case.num_experts
-    fields = [case.num_tokens, case.top_k, experts, case.placement.label, em, q, *paths, spec]
-    return "\t".join(str(f) for f in fields) + "\n"
+    experts = f"{case.num_experts}+{case.shared_experts}" if case.shared_experts else str(case.num_experts)
+    return (str(case.top_k), experts, case.placement.label, em, q)
+
+
+def _runs(cells: list[tuple[int, str]]) -> str:
+    """``1-3 naive (naive); 4-16 sorted (outside-naive)``: each run of token counts with the same cell."""
+    out: list[str] = []
+    start, prev, cell = cells[0][0], cells[0][0], cells[0][1]
+    for tokens, c in [*cells[1:], (-1, "")]:
+        if c == cell and tokens == prev + 1:
+            prev = tokens
+            continue
+        out.append(f"{start}-{prev} {cell}" if prev != start else f"{start} {cell}")
+        start, prev, cell = tokens, tokens, c
+    return "; ".join(out)
 
 
 def render(observe: Callable[[MoECase, str], str]) -> str:
-    """The table body: a header row, then one row per grid case."""
-    return "\t".join(COLUMNS) + "\n" + "".join(row(c, observe) for c in grid())
+    """The table body: a header row, then one row per grid shape (every field but the token count, in the grid's
+    order), its token counts in runs that take the same paths for the same clause. A boundary that moves, a path
+    that changes at one token count, shows as a changed run."""
+    rows: dict[tuple[str, ...], list[tuple[int, str]]] = {}
+    for case in grid():
+        rows.setdefault(_key(case), []).append((case.num_tokens, _cell(case, observe)))
+    lines = ["\t".join(k) + "\t" + _runs(sorted(cells)) for k, cells in rows.items()]
+    return "\t".join(COLUMNS) + "\n" + "".join(line + "\n" for line in lines)
