@@ -10,9 +10,10 @@
     moegate census ...                                  vLLM's MoE configurations (issue 30's census)
     moegate power --vllm-python PY ...                  the dispatch tier's mutation score
     moegate power join SHARD_DIR... --out DIR           one report from a power run's shards
+    moegate builds changes|hashes|compare|pin|rebuild-moe  which binaries a vLLM PR's builds hold
 
 Each subcommand lives in a module of its own: this package's (``gate``, ``repro``, ``spec``,
-``fetch_gsm8k``, ``census``) or the tier's command line it hands its arguments to unchanged
+``fetch_gsm8k``, ``census``, ``builds``) or the tier's command line it hands its arguments to unchanged
 (``python -m moegate.e2e`` is ``moegate e2e``, and so on). Only the subcommand that runs is
 imported, so ``moegate spec`` needs no torch and ``moegate --help`` no vLLM.
 """
@@ -35,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "spec": ("moegate.cli.spec", "print the path the spec requires for a case"),
     "census": ("moegate.cli.census", "the census of vLLM's MoE configurations (python -m moegate.vllm.census)"),
     "power": ("moegate.power.cli", "the dispatch tier's mutation score on vLLM's dispatch code (python -m moegate.power)"),
+    "builds": ("moegate.cli.builds", "a PR's builds: compiled changes, extension hashes, the precompiled pin, the MoE rebuild"),
 }  # fmt: skip
 """Subcommand -> (the module whose ``main(argv)`` runs it, one line of help)."""
 
