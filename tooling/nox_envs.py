@@ -143,8 +143,9 @@ LINT_TOOLS = requirements("lint", project=False)
 LINTED = [
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.yml")),
     "examples/vllm-caller.yml",
+    "examples/vllm-moe-cache.yml",
 ]
-"""What zizmor and actionlint check: the workflows and the example caller."""
+"""What zizmor and actionlint check: the workflows, the example caller and its MoE compiler cache."""
 
 
 def dry_run_recipes() -> dict[str, list[str]]:

@@ -34,7 +34,7 @@ from moegate.vllm.builds.changes import ChangesError, CompiledChanges, compiled_
 from moegate.vllm.builds.extensions import BuildError, cannot_build_line, compare, record
 from moegate.vllm.builds.moe_build import BuildError as MakeError
 from moegate.vllm.builds.moe_build import build_moe, install
-from moegate.vllm.builds.pin import PinError, pin
+from moegate.vllm.builds.pin import INDEX, PinError, pin
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -42,6 +42,30 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def page(verdict: str, base: dict[str, Any], pr: dict[str, Any], changes: CompiledChanges) -> str:
+    """The report's page: the verdict, both builds' extensions side by side, the compiled sources that changed."""
+    b, p = base["extensions"], pr["extensions"]
+    lines = ["### Compiled extensions (moegate builds compare)", "", f"**{verdict}**", ""]
+    where = f"Merge base `{changes.base[:12]}`, head `{changes.head[:12]}`"
+    lines += [f"{where}; base build `{base.get('build')}`, PR build `{pr.get('build')}`.", ""]
+    lines += ["| extension | base sha256 | PR sha256 | |", "| --- | --- | --- | --- |"]
+    for key in sorted(b.keys() | p.keys()):
+        same = "same" if b.get(key) == p.get(key) else "differs"
+        lines.append(f"| `{key}` | `{b.get(key, '-')[:16]}` | `{p.get(key, '-')[:16]}` | {same} |")
+    lines += ["", f"Compiled sources the fused-MoE ops compile from that changed: {len(changes.moe)}"]
+    lines += [f"- `{c.path}`: {c.why} ({', '.join(c.targets)})" for c in changes.moe]
+    if changes.other:
+        lines += ["", f"Other compiled sources that changed: {', '.join(f'`{o}`' for o in changes.other)}"]
+    return "\n".join(lines) + "\n"
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -77,13 +101,19 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--pr", type=Path, required=True)
     k.add_argument("--changes", type=Path, required=True, help="moegate builds changes --json's record")
     k.add_argument("--json", type=Path, help="write the verdict and both records here")
+    k.add_argument("--md", type=Path, help="write the report's page here (the verdict, every extension, what changed)")
     n = sub.add_parser("pin", help="the merge base's published precompiled wheel")
     n.add_argument("--vllm-src", required=True, type=Path)
     n.add_argument("--commit", required=True)
     n.add_argument("--variant", required=True, help="the wheel index's variant folder: cu130, cu129")
-    n.add_argument("--index", default="https://wheels.vllm.ai")
+    n.add_argument(
+        "--index",
+        default=os.environ.get("MOEGATE_PRECOMPILED_INDEX", INDEX),
+        help=f"the wheel index (default: $MOEGATE_PRECOMPILED_INDEX, else {INDEX}; a mirror, file:// too)",
+    )
     n.add_argument("--arch", help="the platform tag's machine (default: this one's)")
     n.add_argument("--env", type=Path, help="append the VAR=value lines here too ($GITHUB_ENV)")
+    n.add_argument("--search", type=int, default=0, help="first-parent commits to look back for a published wheel")
     r = sub.add_parser("rebuild-moe", help="build the MoE extension from a tree, and put it into a build")
     r.add_argument("--vllm-src", required=True, type=Path)
     r.add_argument("--arch", required=True, help="CUDA architectures, TORCH_CUDA_ARCH_LIST's form: 8.9 or '8.9;9.0'")
@@ -140,17 +170,22 @@ def _compare(opts: argparse.Namespace) -> int:
     if opts.json:
         _write_json(opts.json, {"verdict": verdict.line(), "ok": verdict.ok, "base": base, "pr": pr,
                                 "changes": changes.to_json()})  # fmt: skip
+    if opts.md:
+        _write_text(opts.md, page(verdict.line(), base, pr, changes))
     return 0 if verdict.ok else 1
 
 
 def _pin(opts: argparse.Namespace) -> int:
     try:
-        got = pin(opts.vllm_src, opts.commit, opts.variant, index=opts.index, arch=opts.arch)
+        got = pin(opts.vllm_src, opts.commit, opts.variant, index=opts.index, arch=opts.arch, search=opts.search)
     except PinError as exc:
         print(f"precompiled build cannot be pinned: {exc}", file=sys.stderr)
         return 1
     lines = [f"{k}={v}" for k, v in got.env().items()]
     print("\n".join(lines))
+    if got.distance:
+        print(f"the merge base {got.merge_base} has no published wheel yet; {got.commit}, {got.distance} commits"
+              " older, has one, built from the same compiled sources", file=sys.stderr)  # fmt: skip
     if opts.env:
         with opts.env.open("a") as fh:
             fh.write("\n".join(lines) + "\n")

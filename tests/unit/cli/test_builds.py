@@ -180,3 +180,29 @@ def test_a_vllm_whose_setup_py_cannot_be_pinned_is_one_line(tmp_path):
             " this vLLM's precompiled build cannot be pinned"
         )
     ]
+
+
+def _publish(index, sha):
+    meta = index / sha / "cu130" / "vllm" / "metadata.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps([{"package_name": "vllm", "platform_tag": "manylinux1_x86_64", "path": "../v.whl"}]))
+
+
+def test_pin_search_takes_an_older_wheel_only_where_no_compiled_source_changed_since(repo, tmp_path):
+    r, published = repo
+    index = tmp_path / "index"
+    _publish(index, published)
+    docs = commit(r, {"docs/index.md": "# docs\n"})  # main moved on by a docs change: not yet published
+    args = ("pin", "--vllm-src", r, "--variant", "cu130", "--index", index.as_uri(), "--arch", "x86_64")
+    out = builds(*args, "--commit", docs, "--search", "20")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1] == f"VLLM_PRECOMPILED_WHEEL_COMMIT={published}"
+    assert f"{published}, 1 commits older, has one" in out.stderr
+    assert builds(*args, "--commit", docs).returncode == 1  # no search: the merge base's own wheel or nothing
+    kernel = commit(r, {"csrc/attention/paged.cu": "// faster\n"})
+    out = builds(*args, "--commit", kernel, "--search", "20")
+    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1
+    assert out.stderr.rstrip().endswith(
+        f"the nearest published wheel ({published}, 2 commits older) was built from other compiled sources"
+        " (csrc/attention/paged.cu)"
+    )

@@ -16,7 +16,10 @@ from tests.support import ROOT
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed here (the unit env has it: nox -s unit)")
 
-FILES = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [ROOT / "examples" / "vllm-caller.yml"]
+FILES = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [
+    ROOT / "examples" / "vllm-caller.yml",
+    ROOT / "examples" / "vllm-moe-cache.yml",
+]
 GATE, REUSABLE = "gate.yml", "moegate.yml"
 FINAL_JOB = {GATE: "gate", REUSABLE: "verdict"}  # the job that must need every other job
 PRIVILEGED = ("pull_request_target", "workflow_run")
