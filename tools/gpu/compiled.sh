@@ -27,8 +27,9 @@
 #                other; about 5-7 min each on an H200 (results/gate-rehearsal-h200.md), a few GB of GPU memory.
 #                KERNELS_K="expr" narrows both to pytest -k expr (then MIN_KERNEL_TESTS=1). Expected: clean exit 0,
 #                bug exit 1.
-# Longer than one call in all (about 15-20 min): run it through tools/gpu/background.sh (start, then wait calls), or
-# call it again with the same $STATE until summary.txt says "all phases done". BUDGET_S (default 570) is this call's
+# Longer than one call in all (about 15-20 min): run it through tools/gpu/background.sh (start, then wait calls; its
+# copy of the checkout leaves .gpu/ out, so give CARRY as an absolute path; tools/gpu/README.md), or call it again
+# with the same $STATE until summary.txt says "all phases done". BUDGET_S (default 570) is this call's
 # wall budget: no phase starts that cannot finish, a running one is stopped (timeout) before it runs out.
 # REHEARSE=1 (the CPU rehearsal): ARCH given, no GPU, STOP_AFTER=configure|object (configure, then compile the
 # planted file's object alone, clean then with the bug).
