@@ -144,8 +144,9 @@ LINTED = [
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.yml")),
     "examples/vllm-caller.yml",
     "examples/vllm-verdict.yml",
+    "examples/vllm-moe-cache.yml",
 ]
-"""What zizmor and actionlint check: the workflows and the example caller and verdict."""
+"""What zizmor and actionlint check: the workflows, the example caller, its verdict and its MoE compiler cache."""
 
 
 def dry_run_recipes() -> dict[str, list[str]]:

@@ -13,9 +13,10 @@
     moegate power --vllm-python PY ...                  the dispatch tier's mutation score
     moegate power join SHARD_DIR... --out DIR           one report from a power run's shards
     moegate offload-truth --python PY --out DIR ...     offload truth on a CUDA GPU (python -m moegate.offload.plan)
+    moegate builds changes|hashes|compare|pin|rebuild-moe  which binaries a vLLM PR's builds hold
 
 Each subcommand lives in a module of its own: this package's (``gate``, ``repro``, ``spec``,
-``fetch_gsm8k``, ``census``, ``buildkite``) or the tier's command line it hands its arguments to unchanged
+``fetch_gsm8k``, ``census``, ``buildkite``, ``builds``) or the tier's command line it hands its arguments to unchanged
 (``python -m moegate.e2e`` is ``moegate e2e``, and so on). Only the subcommand that runs is
 imported, so ``moegate spec`` needs no torch and ``moegate --help`` no vLLM.
 """
@@ -41,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "buildkite": ("moegate.cli.buildkite", "print the gate as a test area of vLLM's Buildkite CI (dispatch on CPU, kernels on GPU)"),
     "power": ("moegate.power.cli", "the dispatch tier's mutation score on vLLM's dispatch code (python -m moegate.power)"),
     "offload-truth": ("moegate.offload.plan", "on a CUDA GPU: is every weight marked host-resident host memory, by the driver's word?"),
+    "builds": ("moegate.cli.builds", "a PR's builds: compiled changes, extension hashes, the precompiled pin, the MoE rebuild"),
 }  # fmt: skip
 """Subcommand -> (the module whose ``main(argv)`` runs it, one line of help)."""
 

@@ -19,6 +19,7 @@ yaml = pytest.importorskip("yaml", reason="PyYAML is not installed here (the uni
 FILES = sorted((ROOT / ".github" / "workflows").glob("*.yml")) + [
     ROOT / "examples" / "vllm-caller.yml",
     ROOT / "examples" / "vllm-verdict.yml",
+    ROOT / "examples" / "vllm-moe-cache.yml",
 ]
 GATE, REUSABLE, CALLER, VERDICT = "gate.yml", "moegate.yml", "vllm-caller.yml", "vllm-verdict.yml"
 FINAL_JOB = {GATE: "gate", REUSABLE: "verdict"}  # the job that must need every other job
