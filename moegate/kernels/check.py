@@ -29,6 +29,8 @@ class KernelResult:
     output: torch.Tensor
     closeness: Closeness
     systematic: Sample | None = None  # this call's part in the aggregate check (moegate.kernels.systematic)
+    tensors: CaseTensors | None = None  # the call's inputs, for observers that ask more of the reference
+    block_k: tuple[int, int] | None = None  # BLOCK_SIZE_K of the w13 and w2 launches (0: not recorded)
 
     def describe(self) -> str:
         return (
@@ -128,4 +130,6 @@ def _judged(case: MoECase, entrypoint: str, t: CaseTensors, obs: Any) -> KernelR
     else:
         closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant, case.activation)
     sample = sample_of(case, entrypoint, t, obs.output)
-    return KernelResult(case, entrypoint, obs.path, obs.output, closeness, sample)
+    blocks = [launch.block_k for launch in getattr(obs, "launches", [])[:2]]  # stand-ins may record none
+    block_k = (blocks[0], blocks[1]) if len(blocks) == 2 else None
+    return KernelResult(case, entrypoint, obs.path, obs.output, closeness, sample, t, block_k)

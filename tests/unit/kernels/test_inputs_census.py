@@ -59,14 +59,16 @@ def test_biased_quantized_cases_build_and_their_rounded_reference_passes(entrypo
     _judge_rounded(case)
 
 
-def test_a_clamping_activation_scales_its_inputs_and_biases_by_the_gain():
-    base = MoECase(2, 4, 8, hidden=256, intermediate=128, bias=True, dtype="bfloat16")
+def test_a_clamping_activation_scales_every_other_tokens_inputs_and_leaves_the_biases_at_unit_scale():
+    """Even tokens at the gain (clamps bind), odd ones at unit scale (alpha matters), biases at unit scale."""
+    base = MoECase(64, 4, 8, hidden=256, intermediate=128, bias=True, dtype="bfloat16")
     clamped = MoECase(
-        2, 4, 8, hidden=256, intermediate=128, bias=True, dtype="bfloat16", activation=Activation("swigluoai")
+        64, 4, 8, hidden=256, intermediate=128, bias=True, dtype="bfloat16", activation=Activation("swigluoai")
     )
     t0, _, _ = BANK.inputs(base)
     t1, _, _ = BANK.inputs(clamped)
-    ratio = float(t1.hidden_states.float().std() / t0.hidden_states.float().std())
-    assert 7.0 < ratio < 9.0
-    assert t1.w2_bias is not None and t0.w2_bias is not None
-    assert float(t1.w2_bias.float().std() / t0.w2_bias.float().std()) > 40
+    h0, h1 = t0.hidden_states.float(), t1.hidden_states.float()
+    assert 7.0 < float(h1[0::2].std() / h0[0::2].std()) < 9.0
+    assert 0.9 < float(h1[1::2].std() / h0[1::2].std()) < 1.1
+    assert t1.w2_bias is not None and t0.w2_bias is not None and t1.w1_bias is not None
+    assert 0.8 < float(t1.w2_bias.float().std()) < 1.2 and 0.8 < float(t1.w1_bias.float().std()) < 1.2
