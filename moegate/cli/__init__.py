@@ -10,6 +10,7 @@
     moegate census ...                                  vLLM's MoE configurations (issue 30's census)
     moegate power --vllm-python PY ...                  the dispatch tier's mutation score
     moegate power join SHARD_DIR... --out DIR           one report from a power run's shards
+    moegate reach run|report ...                        what the tiers exercise of vLLM's fused MoE (coverage)
 
 Each subcommand lives in a module of its own: this package's (``gate``, ``repro``, ``spec``,
 ``fetch_gsm8k``, ``census``) or the tier's command line it hands its arguments to unchanged
@@ -35,10 +36,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "spec": ("moegate.cli.spec", "print the path the spec requires for a case"),
     "census": ("moegate.cli.census", "the census of vLLM's MoE configurations (python -m moegate.vllm.census)"),
     "power": ("moegate.power.cli", "the dispatch tier's mutation score on vLLM's dispatch code (python -m moegate.power)"),
+    "reach": ("moegate.reach.__main__", "what the tiers exercise: branches, Triton variants, conditions (python -m moegate.reach)"),
 }  # fmt: skip
 """Subcommand -> (the module whose ``main(argv)`` runs it, one line of help)."""
 
-EXTRAS = {"e2e": "e2e", "ab": "ab", "sweep": "vllm", "census": "vllm", "power": "power", "repro": "vllm"}
+EXTRAS = {
+    "e2e": "e2e",
+    "ab": "ab",
+    "sweep": "vllm",
+    "census": "vllm",
+    "power": "power",
+    "repro": "vllm",
+    "reach": "reach",
+}
 """Subcommand -> the extra of pyproject.toml whose packages its module imports (a bare install has none of them)."""
 
 
