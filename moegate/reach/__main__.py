@@ -41,11 +41,12 @@ def run_main(argv: list[str]) -> int:
     p.add_argument("--tiers", default="dispatch", help="dispatch (any machine) and/or kernels (a CUDA GPU)")
     p.add_argument("--out", type=Path, default=REPORTS_DIR / "reach", help="where the record goes")
     p.add_argument("--vllm-root", type=Path, default=None, help="the vllm folder (default: this Python's)")
+    p.add_argument("--budget-s", type=float, default=None, help="interrupt the tiers after this long (still recorded)")
     args = p.parse_args(own)
     try:
         tiers = parse_tiers(args.tiers)
         layout = read(args.vllm_root)
-        status = measure(layout, tiers, args.out, pytest_args)
+        status = measure(layout, tiers, args.out, pytest_args, budget_s=args.budget_s)
     except (LayoutError, ReachError) as exc:
         print(str(exc), file=sys.stderr)
         return 2

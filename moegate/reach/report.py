@@ -5,7 +5,8 @@ or none; what is not measured yet), every census requirement with its status, th
 file (exercised, not exercised by reason kind, not exercised without a reason, each of the last listed
 with its line and the code it tests), every Triton variant compiled, every condition, and the reasons
 in use. The JSON holds all of it, each branch included: ``branches`` maps ``FILE::QUALNAME`` to its arcs
-``[from, to, taken, reason]`` (the reason's number in ``reach/reasons.toml``, or null).
+``[from, to, taken, reason]`` (the reason's number in ``reach/reasons.toml``, or null); the source line each
+branch leaves is in the measured records (``results/reach/``).
 """
 
 from __future__ import annotations
@@ -151,9 +152,13 @@ def render_markdown(ev: Evaluation, census: str) -> str:
         "| --- | --- | --- | --- | --- | --- | ---: | ---: |",
     ]
     for r in m.runs:
+        status = f"{r['pytest_exit']}{' (stopped by its budget)' if r.get('stopped_by_budget') else ''}"
         cells = [f"`{r.get('file', '?')}`", "+".join(r["tiers"]), r["device"], r["profile"], r.get("triton"),
-                 r.get("coverage"), r["pytest_exit"], r["seconds"]]  # fmt: skip
+                 r.get("coverage"), status, r["seconds"]]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    failed = [r.get("file", "?") for r in m.runs if r["pytest_exit"] != 0]
+    if failed:
+        lines += ["", f"The tiers did not pass in {', '.join(failed)} (pytest's exit above): it measures what ran."]
     lines += [""] + _verdict(ev)
     lines += ["## Census requirements", "", "| feature(s) | requirement | tier | status |", "| --- | --- | --- | --- |"]
     for s in ev.items:
@@ -192,7 +197,6 @@ def to_json(ev: Evaluation, census: str) -> dict[str, Any]:
             key: {
                 "reached": bool(m.functions[key]["executed"]),
                 "arcs": [[a, b, int(t), r.index if r else None] for a, b, t, r in rows],
-                "text": m.functions[key]["text"],
             }
             for key, rows in ev.arcs.items()
         },

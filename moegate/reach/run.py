@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -88,8 +89,38 @@ def parse_tiers(text: str) -> list[str]:
     return [t for t in TIERS if t in tiers]
 
 
-def measure(layout: Layout, tiers: list[str], out: Path, pytest_args: list[str], checkout: Path = ROOT) -> int:
-    """Run the tiers under coverage and write the measured record; returns pytest's exit status."""
+STOP_GRACE_S = 90
+"""After ``budget_s``, pytest is interrupted (SIGINT: it ends the session and coverage.py saves what it measured)
+and given this long to stop before it is killed."""
+
+
+def _run_within(cmd: list[str], cwd: Path, env: dict[str, str], budget_s: float | None) -> tuple[int, bool]:
+    """(exit status, stopped by the budget) of ``cmd``; past ``budget_s`` it is interrupted, then killed."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env)
+    try:
+        return proc.wait(timeout=budget_s), False
+    except subprocess.TimeoutExpired:
+        print(f"reach: the budget of {budget_s:.0f} s is spent: interrupting the tiers", flush=True)
+        proc.send_signal(signal.SIGINT)
+        try:
+            return proc.wait(timeout=STOP_GRACE_S), True
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait(), True
+
+
+def measure(
+    layout: Layout,
+    tiers: list[str],
+    out: Path,
+    pytest_args: list[str],
+    checkout: Path = ROOT,
+    budget_s: float | None = None,
+) -> int:
+    """Run the tiers under coverage and write the measured record; returns pytest's exit status.
+
+    ``budget_s``: seconds the tiers may run; past it they are interrupted, and the record (of what ran, marked
+    ``stopped_by_budget``) is still written."""
     _check_tools(tiers)
     if not all((checkout / "tests" / t).is_dir() for t in tiers):
         raise ReachError(f"runs from a moegate checkout (its tests/), and {checkout} is none: set MOEGATE_ROOT")
@@ -105,7 +136,7 @@ def measure(layout: Layout, tiers: list[str], out: Path, pytest_args: list[str],
            "-p", "moegate.reach.plugin", "-p", "no:cacheprovider", f"--junitxml={work / 'junit.xml'}", *pytest_args]  # fmt: skip
     print(f"reach: {shlex.join(cmd)}", flush=True)
     start = time.monotonic()
-    status = subprocess.run(cmd, cwd=checkout, env=env, check=False).returncode
+    status, stopped = _run_within(cmd, checkout, env, budget_s)
     seconds = time.monotonic() - start
     include = ",".join(str(layout.source.root / rel) for rel in layout.files)
     report = work / "coverage.json"
@@ -124,6 +155,7 @@ def measure(layout: Layout, tiers: list[str], out: Path, pytest_args: list[str],
         "coverage": _coverage_version(),
         "command": shlex.join(["python", "-m", "moegate.reach", "run", "--tiers", ",".join(tiers), *pytest_args]),
         "pytest_exit": status,
+        "stopped_by_budget": stopped,
         "seconds": round(seconds, 1),
         "functions": functions,
         "triton_kernels": triton,
