@@ -99,14 +99,13 @@ def test_expert_map_takes_sorted_path(target, entrypoint, case):
 
 
 @entrypoints
-@given(case=moe_cases(quant=True, schemes="wna16", group=True, shared=None, wide=True))
+@given(case=moe_cases(quant=True, schemes="wna16", group=True, shared=None))
 def test_wna16_with_group_size_takes_sorted_path(target, entrypoint, case):
-    """At the census's shapes too (``wide``): a K the wNa16 block does not divide takes the block-size fallbacks."""
     assert assert_path(target, case, entrypoint) == "sorted"
 
 
 @entrypoints
-@given(case=moe_cases(quant=True, schemes="wna16", group=False, expert_map=None, shared=None, wide=True))
+@given(case=moe_cases(quant=True, schemes="wna16", group=False, expert_map=None, shared=None))
 def test_wna16_per_channel_follows_spec(target, entrypoint, case):
     """Per-channel wNa16: the legacy entrypoint may go naive, the modular wNa16 experts always align."""
     assert_path(target, case, entrypoint)
