@@ -43,8 +43,12 @@ def _judge_rounded(case) -> None:
 @settings(max_examples=12, deadline=None)
 @given(data=st.data())
 def test_census_kernel_cases_build_and_their_rounded_reference_passes(entrypoint, data):
-    """The census shape's K and N, with 8 experts instead of 128 (drawing 1.6 GB of weights is the GPU's job)."""
+    """The census shapes' K and N, with 8 experts instead of 128 (drawing 1.6 GB of weights is the GPU's job), and
+    Nemotron-H's N of 7688 as 136, its residue modulo 128 plus a block (what the kernel's blocks and Triton's
+    divisibility see of it): its real size costs the CPU half a minute a run."""
     case = replace(data.draw(census_kernel_cases(entrypoint)), num_experts=8)
+    if case.intermediate > 4096:
+        case = replace(case, intermediate=case.intermediate % 128 + 128)
     if entrypoint == "legacy":
         assert not case.activation.parameterised, "the legacy entrypoint cannot be handed activation parameters"
     _judge_rounded(case)
