@@ -43,7 +43,8 @@ UTILS = f"{PACKAGE}/utils.py"
 ALIGN = f"{PACKAGE}/moe_align_block_size.py"
 KERNEL = f"{FM}::fused_moe_kernel"
 WNA16_KERNEL = f"{FM}::fused_moe_kernel_gptq_awq"
-FP8_GROUP_KERNEL = "model_executor/layers/quantization/utils/fp8_utils.py::_per_token_group_quant_fp8"
+FP8_GROUP_QUANT = "model_executor/layers/quantization/utils/fp8_utils.py::per_token_group_quant_fp8"
+"""Block-wise fp8 activations: vLLM's CUDA op where it has one (on a CUDA GPU), its Triton kernel otherwise."""
 SWIGLUSTEP = "model_executor/layers/activation.py::swiglustep_and_mul_triton"
 SWIGLUSTEP_KERNEL = "model_executor/layers/activation.py::_swiglustep_and_mul_kernel"
 DIVISIBLE = 16
@@ -107,7 +108,7 @@ prefill length (the 32-bit index boundary is a token count, not a model property
 
 QUANT: dict[str, tuple[Item, ...]] = {
     "fp8_w8a8": (_s(KERNEL, use_fp8_w8a8=True, group_k=0), _f(f"{UTILS}::moe_kernel_quantize_input")),
-    "fp8_w8a8/128": (_s(KERNEL, use_fp8_w8a8=True, group_k=128), _s(FP8_GROUP_KERNEL)),
+    "fp8_w8a8/128": (_s(KERNEL, use_fp8_w8a8=True, group_k=128), _f(FP8_GROUP_QUANT)),
     "fp8_w8a8/64": (_s(KERNEL, use_fp8_w8a8=True, group_k=64),),
     "fp8_w8a8/32": (_s(KERNEL, use_fp8_w8a8=True, group_k=32),),
     "int8_w8a16": (_s(KERNEL, use_int8_w8a16=True),),
