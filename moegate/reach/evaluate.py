@@ -166,7 +166,7 @@ def evaluate(m: Measured, records: Sequence[Mapping[str, Any]], reasons: Sequenc
         if reason not in ev.used and (reason.where or reason.items):
             covers = any(reason.covers_item(s.item.label) for s in ev.items)
             covers = covers or any(
-                reason.covers_branch(*key.split("::", 1), fn["text"].get(str(a), ""))
+                reason.covers_branch(key.split("::", 1)[0], key.split("::", 1)[1], fn["text"].get(str(a), ""))
                 for key, fn in m.functions.items()
                 for a, _, _ in fn["arcs"]
             )

@@ -157,7 +157,7 @@ def layer_activations(layer: Mapping[str, Any], accepted: Iterable[str]) -> list
         for p in (*required, *optional):
             if p in required or wants[p] in given:
                 params[p] = placeholder[p]
-        out.append(Activation(name, **params))  # type: ignore[arg-type]
+        out.append(Activation(name, **params))
     return out
 
 

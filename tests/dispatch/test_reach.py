@@ -13,6 +13,7 @@ import os
 import shutil
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,15 +46,15 @@ def _placeholder(annotation: object) -> bool:
     return "Placeholder" in getattr(annotation, "__qualname__", "")
 
 
-def tritons(kernel: object) -> object:
+def tritons(kernel: Any) -> Any:
     """vLLM's kernel as Triton's JITFunction: on a GPU it is one; on a CPU vLLM's placeholder ``triton.jit`` left the
     bare function, whose ``tl.constexpr`` annotations are the placeholder's, so they are swapped for Triton's own."""
     if hasattr(kernel, "params"):
         return kernel
-    fn = types.FunctionType(kernel.__code__, kernel.__globals__, kernel.__name__, kernel.__defaults__)  # type: ignore[attr-defined]
-    fn.__kwdefaults__ = kernel.__kwdefaults__  # type: ignore[attr-defined]
-    fn.__qualname__, fn.__module__ = kernel.__qualname__, kernel.__module__  # type: ignore[attr-defined]
-    annotations = kernel.__annotations__.items()  # type: ignore[attr-defined]
+    fn = types.FunctionType(kernel.__code__, kernel.__globals__, kernel.__name__, kernel.__defaults__)
+    fn.__kwdefaults__ = kernel.__kwdefaults__
+    fn.__qualname__, fn.__module__ = kernel.__qualname__, kernel.__module__
+    annotations = kernel.__annotations__.items()
     fn.__annotations__ = {k: triton.language.constexpr if _placeholder(v) else v for k, v in annotations}
     return triton.jit(fn)
 

@@ -26,11 +26,11 @@ from moegate.kernels.inputs import WeightBank
 from moegate.strategies.kernels import biased_quant_cases, census_kernel_cases, kernel_cases
 
 BANK = WeightBank(torch.device("cpu"), lambda w: w)
-SMALL = {"num_experts": 8, "hidden": 256, "intermediate": 128}  # every wNa16 group size divides both
 
 
 def small(case: MoECase) -> MoECase:
-    return dataclasses.replace(case, **SMALL)
+    """8 experts, hidden 256, intermediate 128: every wNa16 group size divides both."""
+    return dataclasses.replace(case, num_experts=8, hidden=256, intermediate=128)
 
 
 def matters(case: MoECase, block_k: tuple[int, int] | None = None) -> dict[str, bool]:
