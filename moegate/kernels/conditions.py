@@ -10,7 +10,7 @@ reference again without each condition that applies (``reference_moe(without=...
 tier's own question of that result: is it outside the tolerance of the reference with the
 condition? If so, a kernel that left the condition out would have failed this case: it mattered.
 
-The 64-bit row index is decided without a second reference: without it, the rows of every token
+The 64-bit row index is decided on the tokens past the boundary alone: without it, the rows of every token
 whose pair offset passes ``2**31`` (``moegate.core.index_width``) are written elsewhere, so it matters
 when such a token's reference output is not zero within the tolerance.
 
@@ -23,7 +23,7 @@ condition and case.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -83,14 +83,21 @@ def _reference(case: MoECase, t: CaseTensors, without: frozenset[str], block_k: 
     )
 
 
-def _index_boundary_matters(case: MoECase, ref: Reference, dtype: torch.dtype) -> bool:
+def _index_boundary_matters(case: MoECase, t: CaseTensors) -> bool:
+    """Without the 64-bit row index the tokens past the boundary are written elsewhere: does any of them have an
+    output the tolerance can tell from nothing? Only those tokens are computed (a call there holds 262,144)."""
     # pair p's row ends at offset (p + 1) * width - 1: past 2**31 - 1 from p = 2**31 // width on
     first_bad = (INT32_LIMIT // row_width(case)) // case.topk_columns  # the first token holding such a pair
     if first_bad >= case.num_tokens:
         return False
-    without = ref.output.clone()
-    without[first_bad:] = 0.0
-    return not compare(without, ref, dtype, case.quant, case.activation).ok
+    past = replace(
+        t,
+        hidden_states=t.hidden_states[first_bad:],
+        topk_weights=t.topk_weights[first_bad:],
+        topk_ids=t.topk_ids[first_bad:],
+    )
+    ref = _reference(case, past, frozenset(), None)
+    return not compare(torch.zeros_like(ref.output), ref, torch_dtype(case.dtype), case.quant, case.activation).ok
 
 
 def mattered(
@@ -100,15 +107,14 @@ def mattered(
     dtype = torch_dtype(case.dtype)
     out: dict[str, bool] = {}
     conditions = applicable(case, block_k)
-    if not conditions:
-        return out
-    ref = ref if ref is not None else _reference(case, t, frozenset(), block_k)
-    for name in conditions:
-        if name == INDEX_BOUNDARY:
-            out[name] = _index_boundary_matters(case, ref, dtype)
-            continue
-        without = _reference(case, t, frozenset({name}), block_k)
-        out[name] = not compare(without.output, ref, dtype, case.quant, case.activation).ok
+    if INDEX_BOUNDARY in conditions:
+        out[INDEX_BOUNDARY] = _index_boundary_matters(case, t)
+    others = [c for c in conditions if c != INDEX_BOUNDARY]
+    if others:
+        ref = ref if ref is not None else _reference(case, t, frozenset(), block_k)
+        for name in others:
+            without = _reference(case, t, frozenset({name}), block_k)
+            out[name] = not compare(without.output, ref, dtype, case.quant, case.activation).ok
     return out
 
 

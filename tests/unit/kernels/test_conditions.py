@@ -115,11 +115,10 @@ def test_the_64_bit_row_index_matters_only_past_the_boundary():
     before, past = (MoECase(n, 1, 2, hidden=8, intermediate=inter) for n in (4, 5))
     assert kernel_extent(before) <= INT32_LIMIT < kernel_extent(past)
     assert conditions.INDEX_BOUNDARY not in conditions.applicable(before)
-    out = torch.ones(5, 8)
-    reference = ref.Reference(out, out.abs())
-    assert conditions._index_boundary_matters(past, reference, torch.bfloat16)
-    reference.output[4:] = 0.0
-    assert not conditions._index_boundary_matters(past, reference, torch.bfloat16)
+    t, _, _ = BANK.inputs(MoECase(5, 1, 2, hidden=8, intermediate=8))  # the tokens' values; the geometry is past's
+    assert conditions._index_boundary_matters(past, t)
+    t.hidden_states[4:] = 0.0  # the one token past the boundary now outputs nothing: nowhere to be wrong
+    assert not conditions._index_boundary_matters(past, t)
 
 
 def test_the_tally_counts_and_keeps_the_first_case_that_mattered():
