@@ -357,6 +357,26 @@ def power_corpus(session: nox.Session) -> None:
                 external=True)  # fmt: skip
 
 
+@nox.session(python=False)
+def reach(session: nox.Session) -> None:
+    """What the tiers exercise (docs/design/reach.md): the dispatch tier (and kernels on a GPU) under coverage.py; nightly.
+
+    The PR build's interpreter with coverage.py beside it (a build: moegate.vllm.planted); the record goes to
+    reports/reach/, and `python -m moegate.reach report RECORD...` makes the page. Arguments go to
+    `python -m moegate.reach run` (`--tiers=`, then `-- PYTEST_ARGS`)."""
+    vllm_py, rest = _vllm(session)
+    coverage_py = envs.shared_env(session, "_reach", envs.REACH_DEPS, python=vllm_py)
+    probe = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = str(session.run(str(coverage_py), "-c", probe, external=True, silent=True)).strip()
+    build = envs.env_root() / "_reach-build"
+    session.run(
+        vllm_py, "-m", "moegate.vllm.planted", str(build), f"--python={vllm_py}", f"--site={site}", external=True
+    )
+    tiers = "dispatch,kernels" if serving.on_gpu() else "dispatch"
+    session.run(str(build / "bin" / "python"), "-m", "moegate.reach", "run", f"--tiers={tiers}",
+                f"--out={REPORTS / 'reach'}", *rest, external=True)  # fmt: skip
+
+
 # --- the installs and the hosted jobs, checked from here ----------------------------------
 
 

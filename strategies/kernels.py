@@ -21,8 +21,10 @@ draw builds it in:
   Triton kernel, which has an int8_w8a16 branch only (int4 is served by the
   grouped GPTQ/AWQ kernels); at the modular entrypoint ``TritonWNA16Experts``
   launches the grouped kernel, which asserts ``block_shape`` is given.
+- fp8 is per-tensor or block-wise with blocks of 128, 64 or 32 (``FP8_BLOCKS``: the block shapes vLLM ships
+  tuned configs for).
 - fp8 per-tensor is not drawn with an expert map at the legacy entrypoint (the
-  block-wise fp8 of 128 x 128, whose scales are per token, is):
+  block-wise fp8, whose scales are per token, is):
   ``fused_experts_impl`` drops remote experts' pairs at alignment
   (``ignore_invalid_experts=True``), so their rows of the intermediate cache are
   never written, yet the second product's dynamic per-tensor activation scale is
@@ -78,6 +80,9 @@ WNA16_GROUP_SIZES = (32, 64, 128)
 PER_CHANNEL = (0, -1)
 """Both encodings of per-channel wNa16 vLLM uses: ``block_shape`` [0, 0] and the wNa16 oracle's [0, -1]."""
 FP8_PER_TENSOR, FP8_BLOCK = 0, 128
+FP8_BLOCKS = (FP8_BLOCK, 64, 32)
+"""fp8 block-wise g x g: vLLM ships tuned configs for 128 x 128 and for 64 x 64 and 32 x 32 (golden/census/), each a
+variant of the Triton kernel (``group_k``) the reach report requires."""
 INT4_GROUP_TOO_SMALL_AT_BIG_SHAPE = 32
 """At the legacy entrypoint vLLM's CUDA wNa16 kernel rejects the block its own heuristic picks there (the module docstring)."""
 
@@ -88,7 +93,7 @@ def group_sizes(scheme: str, entrypoint: str, expert_map: bool, shape: tuple[int
     ``shape``: the case's (experts, hidden, intermediate).
     """
     if scheme == "fp8_w8a8":
-        return (FP8_BLOCK,) if expert_map and entrypoint == "legacy" else (FP8_PER_TENSOR, FP8_BLOCK)
+        return FP8_BLOCKS if expert_map and entrypoint == "legacy" else (FP8_PER_TENSOR, *FP8_BLOCKS)
     per_channel = PER_CHANNEL if scheme == "int8_w8a16" and entrypoint == "legacy" else ()
     grouped: tuple[int, ...] = WNA16_GROUP_SIZES
     if scheme == "int4_w4a16" and shape == BIG_SHAPE and entrypoint == "legacy":
@@ -170,9 +175,12 @@ CENSUS_SHAPES: tuple[tuple[int, int, int, int], ...] = (
     # (experts, hidden, intermediate, top_k) of a real model at a tensor-parallel split the census finds,
     # K and N both off the multiples of 128 (golden/census/: shape lines; the dispatch tier draws the rest)
     (128, 2880, 720, 4),  # GptOssConfig's defaults (gpt-oss-120b) at TP4: hidden 2880 = 22.5 x 128, N = 2880 / 4
+    (8, 4096, 7688, 2),  # NemotronHConfig's defaults (Nemotron-H) at TP1: N = 7688 is 8 mod 16, so Triton compiles
+    # the kernel without tt.divisibility on N (first product, ungated) and on K (second product)
 )
-"""One shape: each adds about a dozen Triton variants (two products, naive and sorted, with and without
-bias, gated and ungated w13), and the kernel tier must stay under 6 minutes from a cold cache."""
+"""Two shapes: each adds about a dozen Triton variants (two products, naive and sorted, with and without
+bias, gated and ungated w13), and the kernel tier must stay under 6 minutes from a cold cache. The second is
+the census's only served N that 16 does not divide (with DeepSeek-V2's 1407, at 64 experts: a larger bank)."""
 
 _CENSUS_SHAPES = st.sampled_from(CENSUS_SHAPES)
 _LEGACY_ACTIVATIONS = st.sampled_from([Activation(n) for n in ACTIVATIONS if not PARAMETERS.get(n, ((), ()))[0]])
@@ -249,6 +257,7 @@ __all__ = [
     "BIASED_QUANT_SHAPE",
     "BIG_SHAPE",
     "CENSUS_SHAPES",
+    "FP8_BLOCKS",
     "MAX_KERNEL_TOKENS",
     "WNA16_GROUP_SIZES",
     "biased_quant_cases",

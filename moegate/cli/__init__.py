@@ -14,6 +14,7 @@
     moegate power join SHARD_DIR... --out DIR           one report from a power run's shards
     moegate offload-truth --python PY --out DIR ...     offload truth on a CUDA GPU (python -m moegate.offload.plan)
     moegate builds changes|hashes|compare|pin|rebuild-moe  which binaries a vLLM PR's builds hold
+    moegate reach run|report ...                        what the tiers exercise of vLLM's fused MoE (coverage)
 
 Each subcommand lives in a module of its own: this package's (``gate``, ``repro``, ``spec``,
 ``fetch_gsm8k``, ``census``, ``buildkite``, ``builds``) or the tier's command line it hands its arguments to unchanged
@@ -43,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "power": ("moegate.power.cli", "the dispatch tier's mutation score on vLLM's dispatch code (python -m moegate.power)"),
     "offload-truth": ("moegate.offload.plan", "on a CUDA GPU: is every weight marked host-resident host memory, by the driver's word?"),
     "builds": ("moegate.cli.builds", "a PR's builds: compiled changes, extension hashes, the precompiled pin, the MoE rebuild"),
+    "reach": ("moegate.reach.__main__", "what the tiers exercise: branches, Triton variants, conditions (python -m moegate.reach)"),
 }  # fmt: skip
 """Subcommand -> (the module whose ``main(argv)`` runs it, one line of help)."""
 
@@ -55,6 +57,7 @@ EXTRAS = {
     "repro": "vllm",
     "offload-truth": "vllm",
     "diff": "vllm",
+    "reach": "reach",
 }
 """Subcommand -> the extra of pyproject.toml whose packages its module imports (a bare install has none of them)."""
 

@@ -174,13 +174,14 @@ class Routing:
             return rows
         return [rng.sample(range(num_experts), top_k) for _ in range(num_tokens)]
 
-    def topk_weights(self, num_tokens: int, top_k: int) -> list[list[float]]:
-        """Positive router weights summing to one per token (softmax-renormalised top-k)."""
+    def topk_weights(self, num_tokens: int, top_k: int, renormalise: bool = True) -> list[list[float]]:
+        """Positive router weights summing to one per token (softmax-renormalised top-k), or, without
+        ``renormalise``, the scores themselves in (0.05, 1.05) (sigmoid scoring kept as it is: Llama 4)."""
         rng = random.Random(self.seed ^ 0x5EED)
         rows = []
         for _ in range(num_tokens):
             raw = [rng.random() + 0.05 for _ in range(top_k)]
-            s = sum(raw)
+            s = sum(raw) if renormalise else 1.0
             rows.append([r / s for r in raw])
         return rows
 
@@ -286,9 +287,15 @@ class MoECase:
         return [row + shared for row in self.routing.topk_ids(self.num_tokens, self.top_k, self.num_experts)]
 
     def topk_weights(self) -> list[list[float]]:
-        """The routed weights (summing to one), then ``SHARED_EXPERT_WEIGHT`` for each shared slot."""
+        """The routed weights, then ``SHARED_EXPERT_WEIGHT`` for each shared slot.
+
+        They sum to one, except with ``apply_router_weight_on_input``: the model that weights the input
+        (Llama 4) routes top-1 by sigmoid scores it does not renormalise, and a renormalised top-1 weight is
+        exactly 1, where weighting the input or the output cannot differ (the reach report's conditions).
+        """
         shared = [SHARED_EXPERT_WEIGHT] * self.shared_experts
-        return [row + shared for row in self.routing.topk_weights(self.num_tokens, self.top_k)]
+        renormalise = not self.apply_router_weight_on_input
+        return [row + shared for row in self.routing.topk_weights(self.num_tokens, self.top_k, renormalise)]
 
     # --- reproducers ---------------------------------------------------------
 

@@ -103,7 +103,8 @@ def routing_tensors(case: MoECase, device: torch.device | str = "cpu") -> tuple[
     (``MoECase.topk_ids``/``topk_weights``). Beyond, Python lists would cost seconds, so
     the recipe's seed draws them as tensors on the CPU, whatever the recipe's kind: each
     token's routed ids are ``top_k`` consecutive experts (modulo the count) from a uniformly
-    drawn first one, its weights positive and summing to one.
+    drawn first one, its weights positive and summing to one (not renormalised with the router
+    weight on the input, as ``MoECase.topk_weights``).
     """
     if case.num_tokens <= VECTOR_ROUTING_TOKENS:
         ids = torch.tensor(case.topk_ids(), dtype=torch.int32, device=device)
@@ -114,7 +115,7 @@ def routing_tensors(case: MoECase, device: torch.device | str = "cpu") -> tuple[
     first = torch.randint(0, e, (m, 1), generator=gen)
     routed = (first + torch.arange(k)) % e
     raw = torch.rand((m, k), generator=gen) + 0.05
-    w = raw / raw.sum(dim=1, keepdim=True)
+    w = raw if case.apply_router_weight_on_input else raw / raw.sum(dim=1, keepdim=True)  # as MoECase.topk_weights
     if case.shared_experts:
         shared = torch.arange(e, case.total_experts).expand(m, case.shared_experts)
         routed = torch.cat((routed, shared), dim=1)

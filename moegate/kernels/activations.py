@@ -28,6 +28,10 @@ Where the limits come from: vLLM's layer hands ``swiglu_limit``, ``swiglu_alpha`
 vLLM's own SwiGLU-OAI and SwiGLU-step activations (the gpt-oss values).
 
 ``SENSITIVITY`` is what the tolerance rule needs from each (``moegate.kernels.reference``).
+
+``apply(h, act, without=...)`` leaves out the named parts of the definition (``CONDITIONS``): the
+reach report (``moegate.kernels.conditions``) asks whether a case's result would differ without
+each, i.e. whether the case made that part matter.
 """
 
 from __future__ import annotations
@@ -45,6 +49,44 @@ SWIGLUOAI_ALPHA = 1.702
 
 INTERLEAVED = frozenset({"swigluoai"})
 """Gated activations whose w13 rows alternate gate and up."""
+
+GATE_CLAMP = "gate clamp"
+"""``min(gate, L)`` (silu with a limit, the SwiGLU-OAI forms)."""
+UP_CLAMP = "up clamp"
+"""``clamp(up, -L, L)`` (silu with a limit, the SwiGLU-OAI forms, swiglustep)."""
+STEP_CLAMP = "step clamp"
+"""swiglustep's ``min(silu(gate), 7)``: the clamp after the function."""
+SITU_GATE = "situ gate soft clip"
+"""SiTU's ``b * tanh(gate / b)`` in place of the gate."""
+SITU_UP = "situ up soft clip"
+"""SiTU's ``c * tanh(up / c)`` in place of up (with ``situ_linear_beta``)."""
+SWIGLU_ALPHA = "swiglu alpha"
+"""The SwiGLU-OAI forms' sigmoid scale ``a`` (without it: 1)."""
+SWIGLU_BETA = "swiglu beta"
+"""The SwiGLU-OAI forms' up offset ``b`` (without it: 0)."""
+CONDITIONS = (GATE_CLAMP, UP_CLAMP, STEP_CLAMP, SITU_GATE, SITU_UP, SWIGLU_ALPHA, SWIGLU_BETA)
+"""The parts of the activations' definitions ``apply`` can leave out."""
+
+
+def conditions(act: Activation) -> tuple[str, ...]:
+    """The ``CONDITIONS`` that are part of ``act``'s definition."""
+    name = act.name
+    if name == "silu":
+        return (GATE_CLAMP, UP_CLAMP) if act.limit is not None else ()
+    if name == "swigluoai":
+        return (GATE_CLAMP, UP_CLAMP, SWIGLU_ALPHA, SWIGLU_BETA)
+    if name == "swigluoai_uninterleave":
+        return (
+            (GATE_CLAMP, UP_CLAMP)
+            + ((SWIGLU_ALPHA,) if act.alpha not in (None, 1.0) else ())
+            + ((SWIGLU_BETA,) if act.beta not in (None, 0.0) else ())
+        )
+    if name == "swiglustep":
+        return (STEP_CLAMP, UP_CLAMP)
+    if name == "situ":
+        return (SITU_GATE,) + ((SITU_UP,) if act.situ_linear_beta is not None else ())
+    return ()
+
 
 SENSITIVITY: dict[str, int] = {"relu2_no_mul": 1, "swigluoai": 1, "swigluoai_uninterleave": 1}
 """Extra roundings the tolerance counts for an activation (0 when absent).
@@ -68,9 +110,19 @@ def split(h: torch.Tensor, act: Activation) -> tuple[torch.Tensor, torch.Tensor]
     return h[..., :n], h[..., n:]
 
 
-def apply(h: torch.Tensor, act: Activation) -> torch.Tensor:
-    """The activation of ``h`` in float32 (see the module docstring)."""
+def apply(h: torch.Tensor, act: Activation, without: frozenset[str] = frozenset()) -> torch.Tensor:
+    """The activation of ``h`` in float32 (see the module docstring), less the ``CONDITIONS`` in ``without``."""
     h = h.float()
+    unknown = without - set(CONDITIONS)
+    if unknown:
+        raise ValueError(f"no activation condition {sorted(unknown)}; known: {CONDITIONS}")
+
+    def gate_clamp(x: torch.Tensor, limit: float) -> torch.Tensor:
+        return x if GATE_CLAMP in without else x.clamp(max=limit)
+
+    def up_clamp(x: torch.Tensor, limit: float) -> torch.Tensor:
+        return x if UP_CLAMP in without else x.clamp(-limit, limit)
+
     name = act.name
     if not act.gated:
         if name == "silu_no_mul":
@@ -85,7 +137,7 @@ def apply(h: torch.Tensor, act: Activation) -> torch.Tensor:
     gate, up = split(h, act)
     if name == "silu":
         if act.limit is not None:
-            gate, up = gate.clamp(max=act.limit), up.clamp(-act.limit, act.limit)
+            gate, up = gate_clamp(gate, act.limit), up_clamp(up, act.limit)
         return F.silu(gate) * up
     if name == "gelu":
         return F.gelu(gate) * up
@@ -97,16 +149,20 @@ def apply(h: torch.Tensor, act: Activation) -> torch.Tensor:
         assert limit is not None  # Activation requires it for swigluoai_uninterleave
         alpha = SWIGLUOAI_ALPHA if fixed else (1.0 if act.alpha is None else act.alpha)
         beta = 1.0 if fixed else (0.0 if act.beta is None else act.beta)
-        g = gate.clamp(max=limit)
-        return g * torch.sigmoid(alpha * g) * (up.clamp(-limit, limit) + beta)
+        alpha = 1.0 if SWIGLU_ALPHA in without else alpha
+        beta = 0.0 if SWIGLU_BETA in without else beta
+        g = gate_clamp(gate, limit)
+        return g * torch.sigmoid(alpha * g) * (up_clamp(up, limit) + beta)
     if name == "swiglustep":
-        return F.silu(gate).clamp(max=FIXED_LIMIT) * up.clamp(-FIXED_LIMIT, FIXED_LIMIT)
+        s = F.silu(gate)
+        return (s if STEP_CLAMP in without else s.clamp(max=FIXED_LIMIT)) * up_clamp(up, FIXED_LIMIT)
     if name == "situ":
         situ_beta = act.situ_beta
         assert situ_beta is not None  # Activation requires it
-        g = situ_beta * torch.tanh(gate / situ_beta) * torch.sigmoid(gate)
+        soft = gate if SITU_GATE in without else situ_beta * torch.tanh(gate / situ_beta)
+        g = soft * torch.sigmoid(gate)
         c = act.situ_linear_beta
-        return g * (c * torch.tanh(up / c) if c is not None else up)
+        return g * (c * torch.tanh(up / c) if c is not None and SITU_UP not in without else up)
     raise ValueError(f"no reference for activation {name!r}")
 
 
@@ -124,14 +180,24 @@ def clamp_limits(act: Activation) -> tuple[float | None, float | None]:
 
 
 INPUT_GAIN = 8.0
-"""Scale of the kernel tier's hidden states for a clamping activation (``input_gain``).
+"""Scale of the kernel tier's hidden states for a clamping activation (``input_gain``), on every other token.
 
 The tier's weights make the first product's output about N(0, 1); a clamp at 7 or 10
 would then almost never bind and the clamp would go untested. Scaled by 8, the output
-is about N(0, 64): a limit of 7 clamps some 38 % of inputs, 10 about 21 %, 0.5 nearly all."""
+is about N(0, 64): a limit of 7 clamps some 38 % of inputs, 10 about 21 %, 0.5 nearly all.
+At that scale the SwiGLU-OAI forms' sigmoid is saturated wherever the gate is not near 0,
+and their ``alpha`` can no longer change the result beyond the tolerance: so only the even
+tokens (the first, the third...) are scaled, the odd ones stay at unit scale
+(``token_gains``), and one call makes both the clamps and ``alpha`` matter."""
 
 
 def input_gain(act: Activation) -> float:
     """How much the kernel tier scales its hidden states for ``act`` (``INPUT_GAIN`` where it clamps, else 1)."""
     gate_limit, up_limit = clamp_limits(act)
     return INPUT_GAIN if gate_limit is not None or up_limit is not None else 1.0
+
+
+def token_gains(act: Activation, tokens: int) -> list[float]:
+    """Each token's scale (``INPUT_GAIN``'s docstring): ``input_gain`` on even tokens, 1 on odd ones."""
+    gain = input_gain(act)
+    return [gain if i % 2 == 0 else 1.0 for i in range(tokens)]

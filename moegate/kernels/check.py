@@ -31,6 +31,7 @@ class KernelResult:
     systematic: Sample | None = None  # this call's part in the aggregate check (moegate.kernels.systematic)
     tensors: CaseTensors | None = None  # the inputs the call ran on (views of the weight bank's tensors)
     payload: dict[str, Any] | None = None  # what a worker sends back besides its tally (the differential tier's)
+    block_k: tuple[int, int] | None = None  # BLOCK_SIZE_K of the w13 and w2 launches (0: not recorded)
 
     def describe(self) -> str:
         return (
@@ -130,4 +131,6 @@ def _judged(case: MoECase, entrypoint: str, t: CaseTensors, obs: Any) -> KernelR
     else:
         closeness = compare(obs.output, reference_for(case, t), torch_dtype(case.dtype), case.quant, case.activation)
     sample = sample_of(case, entrypoint, t, obs.output)
-    return KernelResult(case, entrypoint, obs.path, obs.output, closeness, sample, t)
+    blocks = [launch.block_k for launch in getattr(obs, "launches", [])[:2]]  # stand-ins may record none
+    block_k = (blocks[0], blocks[1]) if len(blocks) == 2 else None
+    return KernelResult(case, entrypoint, obs.path, obs.output, closeness, sample, t, block_k=block_k)

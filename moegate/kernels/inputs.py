@@ -17,8 +17,9 @@ and one host.
 
 Expert biases (cases with ``bias``) are drawn once per shape like the weights and
 stay on the device, as vLLM keeps them (the UVA offloader moves the expert weights).
-A clamp-limited activation scales the hidden states by
-``moegate.kernels.activations.input_gain`` so its clamps bind, and the biases with them.
+A clamp-limited activation scales every other token's hidden state by
+``moegate.kernels.activations.input_gain`` so its clamps bind (``token_gains``: the odd tokens stay
+at unit scale, where the SwiGLU-OAI forms' alpha matters), and the biases with the scaled ones.
 
 No vLLM import: the host view comes from the caller (``VllmTarget.host_view``).
 """
@@ -34,7 +35,7 @@ import torch
 
 from moegate.core.case import MoECase, Quant
 from moegate.core.tensors import CaseTensors, bias_shapes, routing_tensors, scale_shapes, torch_dtype, weight_shapes
-from moegate.kernels.activations import input_gain
+from moegate.kernels.activations import input_gain, token_gains
 from moegate.vllm.names import UVA_MARKER  # a leaf of names: this module imports no vLLM
 
 # standard deviation of (stored value - zero point) for uniformly drawn storage
@@ -203,22 +204,23 @@ class WeightBank:
         return self._sets[key]
 
     def biases(self, case: MoECase) -> tuple[torch.Tensor, torch.Tensor]:
-        """Global w13 and w2 biases for the case's shape, in its dtype, scaled like the products they join.
+        """Global w13 and w2 biases for the case's shape, in its dtype, at unit scale.
 
-        The first product's output is about ``gain`` in size (the input gain times unit-scale
-        weights), the second's about ``gain**2`` (a gated activation multiplies two such
-        values): each bias is drawn at that size, so a dropped or misplaced bias moves the
-        output by about as much as an expert does.
+        Unit scale is the size of both products on the tokens the input gain leaves alone
+        (``token_gains``), so there a dropped or misplaced bias moves the output by about as
+        much as an expert does; on the scaled tokens of a clamping activation the w13 bias moves
+        the clamps' inputs. Biases the size of the scaled products (8 and 64) pushed every
+        input of a small clamp past it and swamped the unscaled tokens' tolerance, so that a
+        dropped w13 bias or a wrong alpha could not change a result beyond it.
         """
         shapes = bias_shapes(replace(case, expert_map=None))
         assert shapes is not None, "the case has no biases"
-        gain = input_gain(case.activation)
-        key = (*shapes, case.dtype, gain)
+        key = (*shapes, case.dtype, 1.0)
         if key not in self._biases:
             gen = torch.Generator(device=self.device).manual_seed(_seed(("bias", *key)))
             dtype = torch_dtype(case.dtype)
-            b1 = torch.randn(shapes[0], generator=gen, device=self.device).mul_(gain).to(dtype)
-            b2 = torch.randn(shapes[1], generator=gen, device=self.device).mul_(gain * gain).to(dtype)
+            b1 = torch.randn(shapes[0], generator=gen, device=self.device).to(dtype)
+            b2 = torch.randn(shapes[1], generator=gen, device=self.device).to(dtype)
             self._biases[key] = (b1, b2)
             self.device_bytes += _nbytes(b1) + _nbytes(b2)
         return self._biases[key]
@@ -253,8 +255,10 @@ class WeightBank:
         dtype = torch_dtype(case.dtype)
         gen = torch.Generator(device=self.device).manual_seed(case.routing.seed if seed is None else seed)
         hidden = torch.randn((case.num_tokens, case.hidden), generator=gen, device=self.device)
-        gain = input_gain(case.activation)
-        hidden = (hidden.mul_(gain) if gain != 1.0 else hidden).to(dtype)
+        if input_gain(case.activation) != 1.0:
+            gains = torch.tensor(token_gains(case.activation, case.num_tokens), device=self.device)
+            hidden = hidden.mul_(gains.unsqueeze(1))
+        hidden = hidden.to(dtype)
         topk_weights, topk_ids = routing_tensors(case, self.device)
         b1 = b2 = None
         if case.bias:

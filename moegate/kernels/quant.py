@@ -33,14 +33,15 @@ def _expand_tiles(scale: torch.Tensor, g: int, rows: int, cols: int) -> torch.Te
     return scale.float().repeat_interleave(g, dim=1).repeat_interleave(g, dim=2)[:, :rows, :cols]
 
 
-def dequantize(w: torch.Tensor, scale: torch.Tensor, quant: Quant) -> torch.Tensor:
+def dequantize(w: torch.Tensor, scale: torch.Tensor, quant: Quant, *, zero_point: bool = True) -> torch.Tensor:
     """Float32 weights from quantized storage.
 
     wNa16 per-channel (group size 0, int8 only): signed int8 times one scale per
     output row. wNa16 grouped: (unsigned stored value - implicit zero point) times
     one scale per (output row, group of ``group_size`` input columns).
     fp8 per-tensor: float8_e4m3fn times one scale per expert; fp8 block-wise:
-    times one scale per ``group_size`` x ``group_size`` tile.
+    times one scale per ``group_size`` x ``group_size`` tile. ``zero_point=False`` leaves the
+    implicit zero point out (the reach report's question: does a case make it matter?).
     """
     if quant.scheme == "fp8_w8a8":
         q = w.float()
@@ -57,7 +58,7 @@ def dequantize(w: torch.Tensor, scale: torch.Tensor, quant: Quant) -> torch.Tens
         if quant.scheme != "int8_w8a16":
             raise ValueError("per-channel (group size 0) storage is defined for int8_w8a16 only")
         return q.float() * scale.float().reshape(*scale.shape[:2], 1)
-    q = q - ZERO_POINT[quant.scheme]
+    q = q - ZERO_POINT[quant.scheme] if zero_point else q
     s = scale.float().repeat_interleave(quant.group_size, dim=-1)
     return q.float() * s
 

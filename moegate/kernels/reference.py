@@ -25,6 +25,15 @@ are never remote. What the reference does check is that every id reaches a
 row (``check_ids``): a shared id beyond w1's rows or beyond the map is a
 malformed call, not an expert to drop.
 
+Conditions (``without``): each part of the definition a kernel could get wrong while the rest
+stays right can be left out of the reference, so ``moegate.kernels.conditions`` can ask whether a
+case made it matter: the activations' clamps and parameters (``activations.CONDITIONS``), each
+expert bias (``W13_BIAS``, ``W2_BIAS``), the router weight on the input (``ON_INPUT``: without it the
+weight scales ``y_e``), the expert map (``EXPERT_MAP``: without it global ids index local rows), the
+wNa16 zero point (``ZERO_POINT``) and, with ``k_blocks``, the tail of K the kernel's block does not
+divide (``K_TAIL``: without it those columns contribute nothing, as a kernel looping over whole
+blocks only would compute).
+
 No vLLM import here: the unit tier runs this on a CPU with torch alone.
 
 Tolerance rule (``tolerance``)
@@ -111,6 +120,14 @@ from moegate.core.case import Quant
 from moegate.kernels import activations
 from moegate.kernels.quant import dequantize, dequantize_activation, quantize_activation
 
+W13_BIAS, W2_BIAS = "w13 bias", "w2 bias"
+ON_INPUT = "router weight on input"
+EXPERT_MAP = "expert map"
+ZERO_POINT = "wNa16 zero point"
+K_TAIL = "K tail"
+LAYER_CONDITIONS = (W13_BIAS, W2_BIAS, ON_INPUT, EXPERT_MAP, ZERO_POINT, K_TAIL)
+"""What ``reference_moe(without=...)`` can leave out besides ``activations.CONDITIONS`` (module docstring)."""
+
 DEFAULT_ACTIVATION = Activation()
 """Plain silu (gate half times up half), no parameters: what a case without an activation runs."""
 
@@ -145,14 +162,48 @@ def _expert_weights(
     quant: Quant | None,
     w1_scale: torch.Tensor | None,
     w2_scale: torch.Tensor | None,
+    zero_point: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if quant is None:
         return w1[e].float(), w2[e].float()
     assert w1_scale is not None and w2_scale is not None, "quantized weights need their scales"
     return (
-        dequantize(w1[e : e + 1], w1_scale[e : e + 1], quant)[0],
-        dequantize(w2[e : e + 1], w2_scale[e : e + 1], quant)[0],
+        dequantize(w1[e : e + 1], w1_scale[e : e + 1], quant, zero_point=zero_point)[0],
+        dequantize(w2[e : e + 1], w2_scale[e : e + 1], quant, zero_point=zero_point)[0],
     )
+
+
+def _tail(k: int, block: int | None) -> int:
+    """The first column of K past the last whole block (``k`` when the block divides it or there is none)."""
+    return k if not block or k % block == 0 else k - k % block
+
+
+@dataclass(frozen=True)
+class _Without:
+    """``reference_moe``'s ``without`` and ``k_blocks``, read once."""
+
+    act: frozenset[str]
+    tails: tuple[int | None, int | None]
+
+    @classmethod
+    def of(cls, without: frozenset[str], k_blocks: tuple[int, int] | None) -> _Without:
+        unknown = without - set(LAYER_CONDITIONS) - set(activations.CONDITIONS)
+        if unknown:
+            raise ValueError(f"no reference condition {sorted(unknown)}")
+        if K_TAIL in without and k_blocks is None:
+            raise ValueError("leaving out the K tail needs the kernel's block sizes (k_blocks)")
+        tails = k_blocks if K_TAIL in without and k_blocks is not None else (None, None)
+        return cls(without & frozenset(activations.CONDITIONS), tails)
+
+    def first(self, x: torch.Tensor) -> torch.Tensor:
+        """The first product's input with the K tail dropped (when asked)."""
+        cut = _tail(x.shape[-1], self.tails[0])
+        return x if cut == x.shape[-1] else torch.cat((x[..., :cut], torch.zeros_like(x[..., cut:])), dim=-1)
+
+    def second(self, a: torch.Tensor) -> torch.Tensor:
+        """The second product's input (the activation) with its K tail dropped (when asked)."""
+        cut = _tail(a.shape[-1], self.tails[1])
+        return a if cut == a.shape[-1] else torch.cat((a[..., :cut], torch.zeros_like(a[..., cut:])), dim=-1)
 
 
 def _bias(b: torch.Tensor | None, e: int) -> torch.Tensor | float:
@@ -172,6 +223,7 @@ def _reference_fp8(
     activation: Activation,
     w1_bias: torch.Tensor | None,
     w2_bias: torch.Tensor | None,
+    drop: _Without,
 ) -> Reference:
     """fp8_w8a8: both activations quantized as the module docstring says, in two passes.
 
@@ -185,7 +237,7 @@ def _reference_fp8(
     m, k = hidden_states.shape
     top_k = ids.shape[1]
     n = w2.shape[2]
-    xq = quantize_activation(hidden_states, quant)
+    xq = drop.first(quantize_activation(hidden_states, quant))
     act = torch.zeros((m, top_k, n), dtype=torch.float32, device=xq.device)
     experts = torch.unique(ids[ids >= 0]).tolist()
     for e in experts:
@@ -195,8 +247,8 @@ def _reference_fp8(
         if apply_router_weight_on_input:
             h = h * weights[tok, slot].unsqueeze(1)
         h = h.to(cdtype).float()  # the kernel stores the first product in the compute dtype
-        act[tok, slot] = activations.apply(h, activation).to(cdtype).float()
-    aq = quantize_activation(act.reshape(m * top_k, n), quant).reshape(m, top_k, n)
+        act[tok, slot] = activations.apply(h, activation, drop.act).to(cdtype).float()
+    aq = drop.second(quantize_activation(act.reshape(m * top_k, n), quant).reshape(m, top_k, n))
     out = torch.zeros((m, k), dtype=torch.float32, device=xq.device)
     mag = torch.zeros_like(out)
     for e in experts:
@@ -251,15 +303,27 @@ def reference_moe(
     activation: Activation = DEFAULT_ACTIVATION,
     w1_bias: torch.Tensor | None = None,
     w2_bias: torch.Tensor | None = None,
+    without: frozenset[str] = frozenset(),
+    k_blocks: tuple[int, int] | None = None,
 ) -> Reference:
     """The fused-MoE output in float32, looping over the routed local experts.
 
     One loop step per routed expert (not per pair), so a 128-expert, hidden-2048
-    layer costs a few small matmuls on whatever device the inputs are on.
+    layer costs a few small matmuls on whatever device the inputs are on. ``without``
+    (and ``k_blocks``): the conditions to leave out (module docstring).
     """
-    x = hidden_states.float()
+    drop = _Without.of(without, k_blocks)
+    w1_bias = None if W13_BIAS in without else w1_bias
+    w2_bias = None if W2_BIAS in without else w2_bias
+    apply_router_weight_on_input = apply_router_weight_on_input and ON_INPUT not in without
+    zero_point = ZERO_POINT not in without
+    x = drop.first(hidden_states.float())
     m, k = x.shape
-    ids = check_ids(topk_ids, w1.shape[0], expert_map)
+    if expert_map is not None and EXPERT_MAP in without:
+        raw = topk_ids.long()
+        ids = torch.where(raw < w1.shape[0], raw, torch.full_like(raw, -1))  # global ids taken as local rows
+    else:
+        ids = check_ids(topk_ids, w1.shape[0], expert_map)
     weights = topk_weights.float()
     if quant is not None and not quant.weight_only:
         assert w1_scale is not None and w2_scale is not None, "fp8 weights need their scales"
@@ -276,17 +340,18 @@ def reference_moe(
             activation,
             w1_bias,
             w2_bias,
+            drop,
         )
     out = torch.zeros((m, k), dtype=torch.float32, device=x.device)
     mag = torch.zeros_like(out)
     for e in torch.unique(ids[ids >= 0]).tolist():
         tok, slot = (ids == e).nonzero(as_tuple=True)
-        w1e, w2e = _expert_weights(e, w1, w2, quant, w1_scale, w2_scale)
+        w1e, w2e = _expert_weights(e, w1, w2, quant, w1_scale, w2_scale, zero_point)
         route = weights[tok, slot].unsqueeze(1)
         h = x[tok] @ w1e.T + _bias(w1_bias, e)
         if apply_router_weight_on_input:
             h = h * route
-        y = activations.apply(h, activation) @ w2e.T + _bias(w2_bias, e)
+        y = drop.second(activations.apply(h, activation, drop.act)) @ w2e.T + _bias(w2_bias, e)
         if not apply_router_weight_on_input:
             y = y * route
         out.index_add_(0, tok, y)

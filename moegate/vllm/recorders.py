@@ -39,6 +39,7 @@ class Launch:
     top_k: int  # top_k as passed to the launcher (1 for the w2 product)
     experts: int  # leading dimension of the expert weight (local experts)
     block_m: int = 0  # BLOCK_SIZE_M of the kernel config the launch was given
+    block_k: int = 0  # BLOCK_SIZE_K of that config (the reach report: does it divide the product's K?)
 
 
 @dataclass
@@ -296,6 +297,7 @@ class Recorders:
                     top_k=_as_int(bound.arguments.get("top_k", -1)),
                     experts=int(b.shape[0]) if b is not None else -1,
                     block_m=_as_int((bound.arguments.get("config") or {}).get("BLOCK_SIZE_M", 0)),
+                    block_k=_as_int((bound.arguments.get("config") or {}).get("BLOCK_SIZE_K", 0)),
                 )
                 if self.trace is not None:
                     self.trace.append(record)

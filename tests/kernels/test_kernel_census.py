@@ -1,8 +1,9 @@
 """What the census adds to the kernel tier: activations and their limits, biases, the census's K and N, and
 calls at the kernel's 32-bit index boundary, each against the torch reference on a CUDA GPU.
 
-Kept to few Triton variants (the tier runs in minutes from a cold cache): one census
-shape (``CENSUS_SHAPES``: gpt-oss-120b at TP4, K 2880 and N 720, neither a multiple of 128),
+Kept to few Triton variants (the tier runs in minutes from a cold cache): two census
+shapes (``CENSUS_SHAPES``: gpt-oss-120b at TP4, K 2880 and N 720, neither a multiple of 128; Nemotron-H, N 7688,
+which 16 does not divide),
 biased quantized weights at one existing shape, and one boundary shape. Every
 check is the reference's tolerance rule (``moegate.kernels.reference``), plus the path the
 spec requires and, for the toggled placement, bitwise equality of the two paths.

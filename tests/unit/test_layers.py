@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kernels", "model"),  # the kernel tier's checks; the tiny models
     ("serve",),  # servers, builds, the client: shared by e2e and the A/B
     ("e2e", "ab", "offload"),  # the e2e gates; the A/B; offload truth's engine runs
-    ("power", "preflight"),  # mutation testing of the dispatch tier; the runner's preflight (reads a model's shape)
+    ("power", "preflight", "reach"),  # mutation testing; the runner's preflight; what the tiers exercise (coverage)
     ("cli",),  # the front door: `moegate gate|e2e|ab|sweep|preflight|...`, one module a subcommand
     ("__main__",),  # `python -m moegate`: the front door's alias
 )

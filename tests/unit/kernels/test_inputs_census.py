@@ -44,8 +44,12 @@ def _judge_rounded(case) -> None:
 @settings(max_examples=12, deadline=None)
 @given(data=st.data())
 def test_census_kernel_cases_build_and_their_rounded_reference_passes(entrypoint, data):
-    """The census shape's K and N, with 8 experts instead of 128 (drawing 1.6 GB of weights is the GPU's job)."""
+    """The census shapes' K and N, with 8 experts instead of 128 (drawing 1.6 GB of weights is the GPU's job), and
+    Nemotron-H's N of 7688 as 136, its residue modulo 128 plus a block (what the kernel's blocks and Triton's
+    divisibility see of it): its real size costs the CPU half a minute a run."""
     case = replace(data.draw(census_kernel_cases(entrypoint)), num_experts=8)
+    if case.intermediate > 4096:
+        case = replace(case, intermediate=case.intermediate % 128 + 128)
     if entrypoint == "legacy":
         assert not case.activation.parameterised, "the legacy entrypoint cannot be handed activation parameters"
     _judge_rounded(case)
@@ -60,14 +64,16 @@ def test_biased_quantized_cases_build_and_their_rounded_reference_passes(entrypo
     _judge_rounded(case)
 
 
-def test_a_clamping_activation_scales_its_inputs_and_biases_by_the_gain():
-    base = MoECase(2, 4, 8, hidden=256, intermediate=128, bias=True, dtype="bfloat16")
+def test_a_clamping_activation_scales_every_other_tokens_inputs_and_leaves_the_biases_at_unit_scale():
+    """Even tokens at the gain (clamps bind), odd ones at unit scale (alpha matters), biases at unit scale."""
+    base = MoECase(64, 4, 8, hidden=256, intermediate=128, bias=True, dtype="bfloat16")
     clamped = MoECase(
-        2, 4, 8, hidden=256, intermediate=128, bias=True, dtype="bfloat16", activation=Activation("swigluoai")
+        64, 4, 8, hidden=256, intermediate=128, bias=True, dtype="bfloat16", activation=Activation("swigluoai")
     )
     t0, _, _ = BANK.inputs(base)
     t1, _, _ = BANK.inputs(clamped)
-    ratio = float(t1.hidden_states.float().std() / t0.hidden_states.float().std())
-    assert 7.0 < ratio < 9.0
-    assert t1.w2_bias is not None and t0.w2_bias is not None
-    assert float(t1.w2_bias.float().std() / t0.w2_bias.float().std()) > 40
+    h0, h1 = t0.hidden_states.float(), t1.hidden_states.float()
+    assert 7.0 < float(h1[0::2].std() / h0[0::2].std()) < 9.0
+    assert 0.9 < float(h1[1::2].std() / h0[1::2].std()) < 1.1
+    assert t1.w2_bias is not None and t0.w2_bias is not None and t1.w1_bias is not None
+    assert 0.8 < float(t1.w2_bias.float().std()) < 1.2 and 0.8 < float(t1.w1_bias.float().std()) < 1.2

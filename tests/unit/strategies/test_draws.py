@@ -13,7 +13,7 @@ from hypothesis.errors import FailedHealthCheck
 from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Placement
 from moegate.core.spec import SPARSITY_FACTOR, in_naive_region
 from moegate.strategies import BOUNDARY_EXAMPLES, KERNEL_SHAPES, moe_cases
-from moegate.strategies.kernels import BIG_SHAPE, kernel_cases
+from moegate.strategies.kernels import BIG_SHAPE, census_kernel_cases, kernel_cases
 
 FIND = settings(max_examples=500, database=None, deadline=None, derandomize=True)  # a find that passed once always does
 
@@ -147,9 +147,12 @@ def test_kernel_cases_are_supported_by_construction(entrypoint, draw, data):
          lambda c: c.quant.scheme == "int4_w4a16" and c.quant.group_size == 32
          and (c.num_experts, c.hidden, c.intermediate) == BIG_SHAPE),
         ("modular", {}, lambda c: c.dtype == "float32"),
+        ("modular", {"quant": True, "schemes": "fp8"}, lambda c: c.quant.group_size == 64),
+        ("legacy", {"quant": True, "schemes": "fp8", "expert_map": True}, lambda c: c.quant.group_size == 32),
     ],
     ids=["legacy int8 per-channel", "int4 grouped", "modular fp8 per-tensor, map", "legacy fp8 blocks, map",
-         "Qwen3-30B-A3B shape", "modular int4 group 32 at the Qwen3-30B-A3B shape", "float32"],
+         "Qwen3-30B-A3B shape", "modular int4 group 32 at the Qwen3-30B-A3B shape", "float32",
+         "modular fp8 64 x 64 blocks", "legacy fp8 32 x 32 blocks, map"],
 )  # fmt: skip
 def test_kernel_cases_still_reach_what_the_kernels_support(entrypoint, kwargs, reached):
     """Building the constraints in removed only the unsupported cases."""
@@ -207,3 +210,10 @@ def test_outside_region_strategy_with_shared_rows_stays_outside(case):
 @given(case=moe_cases())
 def test_shared_rows_only_when_asked(case):
     assert case.shared_experts == 0
+
+
+@pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
+def test_census_kernel_cases_reach_an_intermediate_size_16_does_not_divide(entrypoint):
+    """Nemotron-H's N = 7688: Triton compiles the kernel without its divisibility-by-16 attribute (the reach report)."""
+    case = find(census_kernel_cases(entrypoint), lambda c: c.intermediate % 16 != 0, settings=FIND)
+    assert (case.num_experts, case.hidden, case.intermediate, case.top_k) == (8, 4096, 7688, 2)
