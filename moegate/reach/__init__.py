@@ -3,5 +3,5 @@
 ``run`` runs the tiers under coverage.py (``branches`` reduces its report, ``plugin`` records the Triton
 variants and the conditions), ``requirements`` maps the census's configurations to what they need
 exercised, ``reasons`` reads the reviewed reasons for what is not, ``evaluate`` judges, ``report`` writes
-``results/reach.md`` and ``results/reach.json``.
+``results/reach.md`` and ``results/reach.json.xz``.
 """

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,11 +54,21 @@ def run_main(argv: list[str]) -> int:
     return 0 if status == 0 else 1
 
 
+def read_record(path: Path) -> str:
+    """A measured record's text: the file as ``run`` writes it, or xz-compressed as the checkout keeps it."""
+    return lzma.decompress(path.read_bytes()).decode() if path.suffix == ".xz" else path.read_text()
+
+
+def committed_records(folder: Path) -> list[Path]:
+    """The records in ``folder``: ``*.json`` and the ``*.json.xz`` the checkout keeps (a record is 0.5 MB of text)."""
+    return sorted([*folder.glob("*.json"), *folder.glob("*.json.xz")])
+
+
 def _load(paths: Sequence[Path]) -> list[dict[str, Any]]:
     records = []
     for path in paths:
         try:
-            rec = json.loads(path.read_text())
+            rec = json.loads(read_record(path))
         except (OSError, ValueError) as exc:
             raise ValueError(f"reach: cannot read the measured record {path} ({exc})") from exc
         if not isinstance(rec, dict) or "functions" not in rec or "tiers" not in rec:
@@ -69,12 +80,12 @@ def _load(paths: Sequence[Path]) -> list[dict[str, Any]]:
 
 def report_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m moegate.reach report", description="the report from measured records")
-    p.add_argument("records", nargs="*", type=Path, help="measured records (default: results/reach/*.json)")
-    p.add_argument("--out", type=Path, default=RESULTS_DIR, help="where reach.md and reach.json go")
+    p.add_argument("records", nargs="*", type=Path, help="measured records (default: results/reach/*.json[.xz])")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR, help="where reach.md and reach.json.xz go")
     p.add_argument("--reasons", type=Path, default=reasons.REASONS, help=argparse.SUPPRESS)
     p.add_argument("--check", action="store_true", help="compare with the report in --out; write nothing")
     args = p.parse_args(argv)
-    paths = args.records or sorted((RESULTS_DIR / "reach").glob("*.json"))
+    paths = args.records or committed_records(RESULTS_DIR / "reach")
     try:
         measured = evaluate.combine(_load(paths))
         golden = census.golden_path(measured.vllm)
@@ -90,10 +101,10 @@ def report_main(argv: list[str]) -> int:
     name = str(golden.relative_to(golden.parents[2]))
     page = report.render_markdown(ev, name)
     data = branches.dumps(report.to_json(ev, name))
-    md, js = args.out / "reach.md", args.out / "reach.json"
+    md, js = args.out / "reach.md", args.out / "reach.json.xz"
     verdict = f"{'FAIL' if ev.problems else 'PASS'}: {len(ev.problems)} problem(s), {len(ev.pending)} not measured"
     if args.check:
-        stale = [p.name for p, text in ((md, page), (js, data)) if not p.is_file() or p.read_text() != text]
+        stale = [p.name for p, text in ((md, page), (js, data)) if not p.is_file() or read_record(p) != text]
         if stale:
             print(f"reach: {', '.join(stale)} in {args.out} is not what `{report.COMMAND}` makes now", file=sys.stderr)
             return 1
@@ -101,7 +112,7 @@ def report_main(argv: list[str]) -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     report.write(md, page)
-    report.write(js, data)
+    report.write_bytes(js, lzma.compress(data.encode(), preset=9))
     print(f"reach: wrote {md} and {js} ({verdict})")
     return 0
 

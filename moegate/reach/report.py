@@ -1,4 +1,4 @@
-"""The reach report's page and JSON: ``results/reach.md`` and ``results/reach.json``, from one evaluation.
+"""The reach report's page and JSON: ``results/reach.md`` and ``results/reach.json.xz``, from one evaluation.
 
 The page says what was measured (each run: tiers, device, profile, command), the verdict (the problems,
 or none; what is not measured yet), every census requirement with its status, the branches file by
@@ -211,4 +211,11 @@ def write(path: Path, text: str) -> None:
     """Write whole or not at all."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write whole or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
     tmp.replace(path)

@@ -19,17 +19,18 @@ import pytest
 from moegate.paths import RESULTS_DIR
 from moegate.reach import evaluate, reasons
 from moegate.reach import requirements as rq
+from moegate.reach.__main__ import committed_records, read_record
 from moegate.reach.__main__ import main as reach_main
 from moegate.vllm.census import census
 
-RECORDS = sorted((RESULTS_DIR / "reach").glob("*.json"))
+RECORDS = committed_records(RESULTS_DIR / "reach")
 
 
 @functools.cache
 def inputs() -> tuple[evaluate.Measured, list[dict[str, Any]], list[reasons.Reason]]:
     if not RECORDS:
         pytest.fail("no measured record in results/reach/: python -m moegate.reach run, then report")
-    measured = evaluate.combine([json.loads(p.read_text()) for p in RECORDS])
+    measured = evaluate.combine([json.loads(read_record(p)) for p in RECORDS])
     return measured, census.parse_golden(census.golden_path(measured.vllm).read_text()), reasons.load()
 
 
