@@ -181,10 +181,15 @@ class EntrypointCalls:
         workspace2 = torch.empty(ws2_shape, dtype=dtype, device=dev)
         output = torch.zeros(out_shape, dtype=dtype, device=dev)
         hidden, a1q_scale = t.hidden_states, None
+        if case.apply_router_weight_on_input:
+            # the modular kernel's prepare step weights the input (top-1) before it quantizes and dispatches it:
+            # TritonExperts.apply multiplies by the router weight in neither GEMM when it is applied on the input
+            # (vLLM 0.33.0, modular_kernel.py's prepare contract). Calling apply directly, the adapter is that step.
+            hidden = hidden * t.topk_weights.to(hidden.dtype)
         if case.quant is not None and not case.quant.weight_only:
             # the modular kernel's prepare step quantizes the input before the experts run
             hidden, a1q_scale = getattr(self.tm, names.QUANTIZE_INPUT)(
-                t.hidden_states, None, self.fp8_dtype(), False, self.block_shape(case)
+                hidden, None, self.fp8_dtype(), False, self.block_shape(case)
             )
         experts.apply(
             output,
