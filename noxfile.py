@@ -134,9 +134,9 @@ def gate(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def fit(session: nox.Session) -> None:
-    """Does moegate still fit a vLLM (`python -m moegate.vllm.fit`): `-- --vllm=SPEC [--json=FILE]`; exit 3: it does not."""
+    """Does moegate still fit a vLLM (`python -m moegate.census.fit`): `-- --vllm=SPEC [--json=FILE]`; exit 3: it does not."""
     py, rest = _vllm(session)
-    session.run(py, "-m", "moegate.vllm.fit", *rest, external=True, success_codes=[0, 3])
+    session.run(py, "-m", "moegate.census.fit", *rest, external=True, success_codes=[0, 3])
 
 
 @nox.session(name="builds", python=False)
@@ -172,7 +172,7 @@ def bless(session: nox.Session) -> None:
     if session.posargs[:1] == ["census"]:
         opts, rest = builds.take(session.posargs[1:], "vllm", "vllm-python", error=session.error)
         py = builds.vllm_python(session, opts.get("vllm", PR), opts.get("vllm-python"))
-        session.run(py, "-m", "moegate.vllm.census", "--bless", *rest, external=True)
+        session.run(py, "-m", "moegate.census", "--bless", *rest, external=True)
         return
     if session.posargs[:1] == ["e2e"]:
         _e2e(session, "greedy,gsm8k", session.posargs[1:], bless=True)
@@ -361,7 +361,7 @@ def power_corpus(session: nox.Session) -> None:
 def reach(session: nox.Session) -> None:
     """What the tiers exercise (docs/design/reach.md): the dispatch tier (and kernels on a GPU) under coverage.py; nightly.
 
-    The PR build's interpreter with coverage.py beside it (a build: moegate.vllm.planted); the record goes to
+    The PR build's interpreter with coverage.py beside it (a build: moegate.builds.planted); the record goes to
     reports/reach/, and `python -m moegate.reach report RECORD...` makes the page. Arguments go to
     `python -m moegate.reach run` (`--tiers=`, then `-- PYTEST_ARGS`)."""
     vllm_py, rest = _vllm(session)
@@ -370,7 +370,7 @@ def reach(session: nox.Session) -> None:
     site = str(session.run(str(coverage_py), "-c", probe, external=True, silent=True)).strip()
     build = envs.env_root() / "_reach-build"
     session.run(
-        vllm_py, "-m", "moegate.vllm.planted", str(build), f"--python={vllm_py}", f"--site={site}", external=True
+        vllm_py, "-m", "moegate.builds.planted", str(build), f"--python={vllm_py}", f"--site={site}", external=True
     )
     tiers = "dispatch,kernels" if serving.on_gpu() else "dispatch"
     session.run(str(build / "bin" / "python"), "-m", "moegate.reach", "run", f"--tiers={tiers}",

@@ -33,8 +33,8 @@ MODULES = (
     "moegate",
     "moegate.model.tiny_model",
     "moegate.model.engine",
-    "moegate.vllm.bench_serve",
-    "moegate.vllm.devsite",
+    "moegate.builds.bench_serve",
+    "moegate.builds.devsite",
 )
 """The ``python -m`` command lines that are not a subcommand; the workflows' helpers (``tooling/ci/``) run from a
 checkout, never from the wheel."""

@@ -12,7 +12,7 @@
     moegate buildkite --moegate-repo URL --moegate-ref SHA   the gate as a test area of vLLM's Buildkite CI
     moegate power --vllm-python PY ...                  the dispatch tier's mutation score
     moegate power join SHARD_DIR... --out DIR           one report from a power run's shards
-    moegate offload-truth --python PY --out DIR ...     offload truth on a CUDA GPU (python -m moegate.offload.plan)
+    moegate offload-truth --python PY --out DIR ...     offload truth on a CUDA GPU (python -m moegate offload-truth)
     moegate builds changes|hashes|compare|pin|rebuild-moe  which binaries a vLLM PR's builds hold
     moegate reach run|report ...                        what the tiers exercise of vLLM's fused MoE (coverage)
 

@@ -1,6 +1,6 @@
 """The e2e tier's statistics: the scored comparison, the near-tie rule, GSM8K's paired test, and sizes.
 
-Pure functions of numbers (no servers, no files): what ``moegate/e2e/scored.py`` decides
+Pure functions of numbers (no servers, no files): what ``moegate/e2e/scoring_phase.py`` decides
 with. Every constant is derived in ``docs/design/e2e-rules.md`` from the facts measured on the
 H200 in 2026-12; the short form is in each docstring.
 

@@ -1,9 +1,9 @@
 """Every pointer in the prose still points somewhere: modules, ``python -m`` commands, files and links.
 
-The pages (``README.md``, ``docs/**/*.md``, ``results/*.md``, the how-tos under ``tools/`` and ``tooling/``) and every
-docstring of the code (``moegate/``, ``strategies/``, ``tooling/``, ``tools/``, ``bench/``, ``tests/``) name the
+The pages (``README.md``, ``docs/**/*.md``, ``results/*.md``, the how-tos under ``lab/`` and ``tooling/``) and every
+docstring of the code (``moegate/``, ``strategies/``, ``tooling/``, ``lab/``, ``bench/``, ``tests/``) name the
 project's modules (``moegate.core.spec``, ``moegate.core.profiles.KERNEL_EXAMPLES``), its command lines
-(``python -m tooling.ci.gate_plan``), its files (``tools/gpu/e2e_plan.sh``) and link pages and figures
+(``python -m tooling.ci.gate_plan``), its files (``lab/gpu/e2e_plan.sh``) and link pages and figures
 (``[...](results/ci-time.md)``). After a move they rot quietly; here each is resolved by path, without importing
 anything:
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tests.support import ROOT
 
-PAGES = ("README.md", "docs/**/*.md", "results/*.md", "tools/**/*.md", "tooling/**/*.md")
+PAGES = ("README.md", "docs/**/*.md", "results/*.md", "lab/**/*.md", "tooling/**/*.md")
 """The pages read: the README, the docs (the design pages too), the results and the how-tos."""
 SOURCES = ("moegate", "strategies", "tooling", "tools", "bench", "tests")
 """The code whose docstrings are read: every module's, class's and function's."""
@@ -67,7 +67,7 @@ def _module_file(root: Path, dotted: str) -> Path | None:
     for candidate in (path.with_suffix(".py"), path / "__init__.py"):
         if candidate.is_file():
             return candidate
-    return path if path.is_dir() and rest else None  # a namespace folder (tools/gpu)
+    return path if path.is_dir() and rest else None  # a namespace folder (lab/gpu)
 
 
 @cache

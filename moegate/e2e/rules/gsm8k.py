@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from moegate.e2e import stats
-from moegate.e2e.gsm8k.output import Gsm8kRun, scores_of
-from moegate.e2e.gsm8k.task import FILTERS, LM_EVAL_VERSION, NUM_FEWSHOT, Gsm8kError
+from moegate.e2e.lmeval.output import Gsm8kRun, scores_of
+from moegate.e2e.lmeval.task import FILTERS, LM_EVAL_VERSION, NUM_FEWSHOT, Gsm8kError
 from moegate.e2e.rules.equivalent import gsm8k_interval
 from moegate.e2e.verdict import GateResult
 

@@ -13,11 +13,11 @@ import sys
 import numpy as np
 import pytest
 
-from moegate.e2e import data as e2e
-from moegate.e2e import goldens
-from moegate.e2e.greedy import Completion
+from moegate.e2e import golden_records
+from moegate.e2e import run_data as e2e
+from moegate.e2e.greedy_passes import Completion
 from moegate.e2e.rules import equivalent, golden, identical, implied_by_identical, judge, noise, other_promise
-from moegate.e2e.scoring import Composition, Scored, TokenSeq
+from moegate.e2e.teacher_forced import Composition, Scored, TokenSeq
 from moegate.e2e.verdict import GateResult
 from moegate.serve.build import Build
 from tests.support import ROOT
@@ -253,7 +253,7 @@ def test_a_key_without_a_golden_passes_with_the_command_that_blesses_it(tmp_path
 def test_strict_goldens_fail_a_key_without_a_golden(tmp_path):
     row = _golden_row(tmp_path, strict=True)
     assert not row.passed and row.summary.startswith("FAIL (--strict-goldens): no golden for this key")
-    assert goldens.BLESS in row.summary
+    assert golden_records.BLESS in row.summary
 
 
 @pytest.mark.parametrize(
