@@ -65,7 +65,7 @@ def require_vllm() -> bool:
 
 
 def vllm_import_error() -> str | None:
-    """Why ``import vllm`` fails here, or None (``moegate.builds.probe.import_error``: vLLM is imported in moegate/vllm/)."""
+    """Why ``import vllm`` fails here, or None (``moegate.builds.probe.import_error``: vLLM is imported in moegate/builds/)."""
     from moegate.builds.probe import import_error
 
     return import_error()

@@ -26,7 +26,7 @@ shift
 case $step in
 probe)
     py=$(build "$HOME/agg-build" --site "$site")
-    "$py" -m tools.probes.tf32_operands --json "$OUT/tf32.json" 2>&1 | tee "$OUT/tf32.log"; rc=$? ;;
+    "$py" -m lab.gpu.probes.tf32_operands --json "$OUT/tf32.json" 2>&1 | tee "$OUT/tf32.log"; rc=$? ;;
 sweep)
     n=$1; shift
     args=("$@"); [ ${#args[@]} -eq 0 ] && args=(--cases 5000 --workers 8 --budget-s "${STEP_BUDGET_S:-400}")

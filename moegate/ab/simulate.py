@@ -229,7 +229,7 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m moegate ab-simulate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="moegate ab-simulate", description=__doc__.splitlines()[0])
     p.add_argument("runs_dirs", nargs="*", type=Path, metavar="RUN_DIR", help="A/B run folders to draw spreads from")
     p.add_argument(
         "--sd", default="", help="start-to-start sds (log) of a profile alike at every level, e.g. 0.004,0.006,0.01"
@@ -259,7 +259,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"moegate.ab.simulate: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

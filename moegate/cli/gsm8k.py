@@ -37,7 +37,7 @@ def _load_side(path: Path, task: str) -> tuple[list[dict[str, Any]], dict[str, f
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moegate gsm8k", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="moegate gsm8k", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run GSM8K against a running server; writes records.jsonl into --out")
     r.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
@@ -74,9 +74,5 @@ def main(argv: list[str] | None = None) -> int:
         print(result.summary)
         return 0 if result.passed else 1
     except Gsm8kError as exc:
-        print(f"moegate.e2e.lmeval: {exc}", file=sys.stderr)
+        print(f"moegate gsm8k: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

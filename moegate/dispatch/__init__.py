@@ -1,4 +1,7 @@
-"""The only package that imports vLLM.
+"""Observing vLLM's dispatch: the adapter the dispatch and kernel tiers drive, and the names it relies on.
+
+With ``moegate.builds`` and ``moegate.offload``, one of the three rooms that import vLLM
+(tests/unit/test_vllm_imports.py).
 
 - ``names``: every vLLM module path and private name moegate relies on, the UVA
   marker and the error types; a leaf that imports nothing.
@@ -8,10 +11,8 @@
 - ``uva``: host residency as vLLM makes it (marker, UVA host views, offloader, loader context).
 - ``environment``: ``describe_environment``, for report headers and golden provenance.
 - ``offline``: the public offline-engine API the engine scenarios use.
-- ``bench_serve``: the in-process ``vllm bench serve`` runner of the A/B tier.
-- ``probe``: does vLLM import in a build's interpreter (a process of its own): ``moegate gate`` asks first.
-- ``wheels``: is a wheel vLLM's, read from its METADATA before anything is installed.
-- ``devsite``: a dev-versioned copy of an installed vLLM (``python -m moegate.builds.devsite``).
+- ``site_probes``: the dispatch sites beyond the two entrypoints that the census finds, each driven to its decision.
+- ``checkpoints``: how vLLM reads a pre-quantized checkpoint (its config, skipped modules, expert names).
 
 Nothing is imported here: ``names`` must stay importable without torch or vLLM.
 """

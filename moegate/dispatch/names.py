@@ -1,7 +1,7 @@
 """Every vLLM name moegate relies on, spelled once: module paths, private names, the UVA marker, the error types.
 
 A leaf: it imports nothing (no vLLM, no torch, no other moegate module), so the
-rest of ``moegate.vllm``, the kernel-tier inputs and the power harness (which
+rest of ``moegate.dispatch``, the census, the kernel-tier inputs and the power harness (which
 treats vLLM as text and never imports it) can all take their names from here
 without an import cycle. When a vLLM release renames something, this is the
 file to change.

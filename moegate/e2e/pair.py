@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core import progress
-from moegate.e2e import greedy_passes, lmeval, rules, scoring_phase, stats
+from moegate.e2e import greedy_passes, lmeval, paired, rules, scoring_phase
 from moegate.e2e.prompts import Prompt
 from moegate.e2e.run_data import BuildRun, Options, ScoreData, gsm8k_cap, write_raw, write_scores
 from moegate.serve.attached import AttachedServer
@@ -231,7 +231,7 @@ def _discordance(runs: Sequence[BuildRun]) -> float:
         for k in ("exact_match_strict", "exact_match_flexible"):
             a = {int(r["doc_id"]): int(r[k]) for r in x.records}
             b = {int(r["doc_id"]): int(r[k]) for r in y.records}
-            rates.append(stats.mcnemar(a, b).discordant / n)
+            rates.append(paired.mcnemar(a, b).discordant / n)
     return max(rates, default=0.0)
 
 
@@ -241,7 +241,7 @@ def _extend_gsm8k(servers: Sequence[Any], runs: Sequence[BuildRun], data: ScoreD
     cap = gsm8k_cap(opts)
     limit = opts.gsm8k_limit
     for rnd in range(1, scoring_phase.ROUNDS + 1):
-        needed = stats.needed_questions(_discordance(runs), detect=opts.gsm8k_detect)
+        needed = paired.needed_questions(_discordance(runs), detect=opts.gsm8k_detect)
         if needed <= limit or limit >= cap:
             return
         limit = min(needed, cap)

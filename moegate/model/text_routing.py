@@ -322,7 +322,7 @@ def text_record(sharegpt: Path, fit: Sequence[TextSequence], held: Sequence[Text
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m moegate text-routing", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="moegate text-routing", description=__doc__.splitlines()[0])
     ap.add_argument("model", type=Path, help="a built model folder (the trained one: models/e2e-trained)")
     ap.add_argument("--sharegpt-json", type=Path, required=True, help="python -m moegate.e2e prompts --sharegpt-json")
     ap.add_argument("--out", type=Path, required=True, help="the target file to write")
@@ -350,7 +350,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.out}: pairs per unique expert " + ", ".join(f"{fit[str(c)]:.3f} at {c}" for c in LEVELS))
     print("  held-out texts: " + ", ".join(f"{held[str(c)]:.3f} at {c}" for c in LEVELS))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -3,7 +3,7 @@
     moegate offload-truth --python PY [--site DIR]... --out DIR [--only NAME]... [--timeout S]
     nox -s offload-truth -- --vllm-python=PY            (the same, the PR build's Python, into reports/offload-truth)
 
-On a CUDA GPU (this module is ``python -m moegate offload-truth`` too): builds the default tiny Qwen3-MoE (128 experts,
+On a CUDA GPU: builds the default tiny Qwen3-MoE (128 experts,
 top-8, hidden 256, expert width 128: every width a multiple of 128, and 1-4 decode tokens in the naive
 region), writes it pre-quantized in each scheme (``moegate.model.quantize``), makes the builds
 (``moegate.builds.planted``: the clean one and the planted offload bugs) from ``PY`` and the ``--site``
@@ -207,7 +207,3 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "offload-truth.md").write_text(page)
     print(page)
     return 0 if all(r["met"] for r in results) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

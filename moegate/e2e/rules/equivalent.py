@@ -196,7 +196,7 @@ def needed_prompts(deltas: np.ndarray, margin: float, alpha: float = ALPHA, powe
     sd = float(deltas.std(ddof=1))
     if sd == 0.0:
         return floor
-    n = ((stats._z(1 - alpha) + stats._z((1 + power) / 2)) * sd / margin) ** 2
+    n = ((stats.normal_quantile(1 - alpha) + stats.normal_quantile((1 + power) / 2)) * sd / margin) ** 2
     return max(floor, math.ceil(n))
 
 

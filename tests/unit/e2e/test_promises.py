@@ -348,3 +348,25 @@ def test_compare_puts_the_starts_note_on_an_identical_page_of_compiled_servers_o
         pages[name] = report.read_text()
     assert "two starts of one build can compute differently" in pages["graphs"]
     assert "two starts of one build can compute differently" not in pages["eager"]
+
+
+def test_compare_on_data_the_rules_cannot_judge_writes_the_page_with_the_reason_and_exits_2(tmp_path):
+    """``compare`` goes through ``run``'s verdict pipeline: a reference re-rounding that moved nothing cannot judge
+    ``equivalent``, and the page says so, as ``run``'s does (before, ``compare`` printed the line and left no page)."""
+    raw = tmp_path / "run"
+    raw.mkdir()
+    data, base, pr, ref = _world(0.01, ref_noise=0.0)
+    for run in (base, pr, ref):
+        e2e.write_raw(run, raw)
+    e2e.write_scores(data, raw)
+    report = tmp_path / "page.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "moegate.e2e", "compare", f"--raw={raw}", "--base=base", "--pr=pr",
+         f"--model={tmp_path}", "--gates=greedy", "--promise=equivalent", f"--golden-dir={tmp_path / 'golden'}",
+         f"--report={report}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("moegate.e2e: --promise equivalent: the reference re-rounding (reference) changed no")
+    assert line.removeprefix("moegate.e2e: ") in report.read_text()
