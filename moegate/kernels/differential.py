@@ -49,7 +49,8 @@ from moegate.core.tensors import CaseTensors, torch_dtype
 from moegate.kernels import activations
 from moegate.kernels.check import reference_for
 from moegate.kernels.paired import ALPHA, SignTest, judge_groups
-from moegate.kernels.reference import OPERAND_ROUNDINGS, ROUNDINGS, Reference, tolerance
+from moegate.kernels.reference import Reference
+from moegate.kernels.tolerance import OPERAND_ROUNDINGS, ROUNDINGS, tolerance
 
 PROMISES = ("identical", "equivalent")
 

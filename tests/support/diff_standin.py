@@ -24,7 +24,7 @@ from moegate.core.tensors import torch_dtype
 from moegate.kernels.check import KernelResult, StageClock, reference_for
 from moegate.kernels.differential import Fingerprints, payload
 from moegate.kernels.inputs import WeightBank
-from moegate.kernels.reference import compare
+from moegate.kernels.tolerance import compare
 
 FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
 

@@ -40,8 +40,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("paths",),  # where the checkout's data is
     ("core",),  # case, spec, check, goldens, hashing: no vLLM
     ("strategies",),  # the Hypothesis strategies every tier draws from
-    ("dispatch", "builds"),  # observing vLLM's dispatch; builds as interpreters, wheels, sites (with offload: vLLM's importers)
-    ("census", "kernels", "model"),  # vLLM's MoE configurations, read as text; the kernel tier's checks; the tiny models
+    ("dispatch", "builds"),  # observing vLLM's dispatch; builds as interpreters, wheels and sites
+    ("census", "kernels", "model"),  # vLLM's MoE configurations, read as text; the kernel tier; the tiny models
     ("serve",),  # servers, builds, the client: shared by e2e and the A/B
     ("e2e", "ab", "offload"),  # the e2e gates; the A/B; offload truth's engine runs
     ("power", "preflight", "reach"),  # mutation testing; the runner's preflight; what the tiers exercise (coverage)

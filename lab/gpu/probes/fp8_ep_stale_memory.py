@@ -30,7 +30,7 @@ from moegate.dispatch.names import TargetError
 from moegate.dispatch.target import VllmTarget
 from moegate.kernels.check import reference_for
 from moegate.kernels.inputs import WeightBank
-from moegate.kernels.reference import compare
+from moegate.kernels.tolerance import compare
 
 CASE = MoECase(
     num_tokens=4,

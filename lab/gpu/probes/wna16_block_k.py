@@ -40,7 +40,7 @@ from moegate.dispatch.names import TargetError
 from moegate.dispatch.target import VllmTarget
 from moegate.kernels.check import reference_for
 from moegate.kernels.inputs import WeightBank
-from moegate.kernels.reference import compare
+from moegate.kernels.tolerance import compare
 from moegate.kernels.wna16_blocks import rejected
 from moegate.strategies.kernels import BIG_SHAPE, MAX_KERNEL_TOKENS, WNA16_GROUP_SIZES
 from moegate.strategies.moe import KERNEL_SHAPES

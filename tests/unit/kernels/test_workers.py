@@ -30,9 +30,9 @@ from moegate.core.spec import expected_path
 from moegate.dispatch import names
 from moegate.kernels import sweep
 from moegate.kernels.check import KernelResult, StageClock
-from moegate.kernels.reference import Closeness, rounding_count
 from moegate.kernels.resources import auto_workers, cache_entries, triton_cache_dir
 from moegate.kernels.tally import Tally, WorkerReport, merge, profile_line
+from moegate.kernels.tolerance import Closeness, rounding_count
 from moegate.kernels.workers import Options, Pool, WorkerFailed
 from tests.support import ROOT
 
