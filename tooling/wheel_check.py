@@ -26,7 +26,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = '{"num_tokens": 1, "top_k": 1, "num_experts": 8}'
-SUBCOMMANDS = ("gate", "e2e", "ab", "sweep", "preflight", "fetch-gsm8k", "power", "census", "build", "tiny-model")
+SUBCOMMANDS: tuple[str, ...] = (
+    "gate",
+    "e2e",
+    "ab",
+    "sweep",
+    "preflight",
+    "fetch-gsm8k",
+    "power",
+    "census",
+    "build",
+    "tiny-model",
+)
 SUBCOMMANDS += ("gsm8k",)
 """The front door's subcommands whose ``--help`` is checked, through the installed script (``repro`` and ``spec`` run
 for real below); ``python -m moegate.e2e`` is the same ``main``."""

@@ -211,7 +211,7 @@ class Fingerprints:
         self._seen: dict[tuple[int, int, tuple[int, ...], str], bytes] = {}
 
     def _cached(self, t: torch.Tensor) -> bytes:
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), str(t.dtype))
+        key = (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape), str(t.dtype))
         if key not in self._seen:
             self._seen[key] = bytes_sha256([_bytes(t, sample=True)]).encode()
         return self._seen[key]

@@ -7,8 +7,7 @@ strategies, at the repository's top level in ``strategies/``, are the room ``str
 ``moegate.strategies``: pyproject.toml's ``package-dir``, read here). ``LAYERS`` names them bottom to top:
 
 - a file may import its own room and any room of a lower layer; rooms of one layer import nothing of each
-  other (``dispatch`` and ``builds`` stand side by side, so do ``census``, ``kernels`` and ``model``, and ``e2e``,
-  ``ab`` and ``offload``);
+  other (``builds``, ``census``, ``kernels`` and ``model`` stand side by side, so do ``e2e``, ``ab`` and ``offload``);
 - no file reaches itself through imports (a circle between files, even inside one room); imports under
   ``if TYPE_CHECKING:`` count for the layers, not for circles, since they never run;
 - an import inside a function is for an optional dependency: a third-party package beyond the two every
@@ -40,8 +39,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("paths",),  # where the checkout's data is
     ("core",),  # case, spec, check, goldens, hashing: no vLLM
     ("strategies",),  # the Hypothesis strategies every tier draws from
-    ("dispatch", "builds"),  # observing vLLM's dispatch; builds as interpreters, wheels and sites
-    ("census", "kernels", "model"),  # vLLM's MoE configurations, read as text; the kernel tier; the tiny models
+    ("dispatch",),  # observing vLLM's dispatch (with builds and offload: vLLM's importers); names.py, every vLLM name
+    (
+        "builds",
+        "census",
+        "kernels",
+        "model",
+    ),  # builds, wheels, binaries; the census (text); the kernel tier; tiny models
     ("serve",),  # servers, builds, the client: shared by e2e and the A/B
     ("e2e", "ab", "offload"),  # the e2e gates; the A/B; offload truth's engine runs
     ("power", "preflight", "reach"),  # mutation testing; the runner's preflight; what the tiers exercise (coverage)

@@ -43,11 +43,8 @@ the build then reports, as a dev build would: no numerics change):
   most about one unit in the last place, of either sign (a power of two is exact: bit-identical);
 - ``reround-attn`` (harmless): the same on the attention block's output (``Qwen3MoeAttention``), as another
   attention kernel rounds differently;
-- ``workspace``: the fused-MoE experts (``fused_experts`` and ``TritonExperts.apply``) allocate ``gib`` GiB of
-  workspace on the weights' device on every call, as a pull request that sizes a buffer by a wrong formula would:
-  larger than the GPU, it is the build's own out-of-memory error (``moegate.core.faults`` must read it FAIL).
-- ``moe-reround`` (a loss of accuracy), ``topk-order`` and ``act-fp32`` (harmless): inside the fused-MoE experts,
-  for the differential kernel tier (``plant_experts.py``, copied beside this file).
+- ``workspace`` (an out-of-memory error of the build's own), ``moe-reround`` (a loss of accuracy), ``topk-order``
+  and ``act-fp32`` (harmless): inside the fused-MoE experts (``plant_experts.py``, copied beside this file).
 
 Every patched function is a plain Python wrapper without any data-dependent branch: under CUDA-graph
 capture the condition on the call's shape is decided once per captured size, as vLLM's own code does.
@@ -291,39 +288,6 @@ def _swap_top1(module: Any) -> str:
     return f"GateLinear.forward: tokens 0 and 1 exchange their top-1 experts on calls of {lo}-{hi} tokens"
 
 
-def _workspace(module: Any) -> str:
-    size = float(CONFIG["gib"]) * 2**30
-
-    def allocate(a: Any) -> None:
-        w1 = a["w1"]
-        w1.new_empty((int(size) // w1.element_size(),))  # held for the call, then freed
-
-    if module.__name__ == TRITON_MOE:
-        cls = module.TritonExperts
-        original = cls.apply
-        sig = inspect.signature(original)
-
-        def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
-            bound = sig.bind(self, *args, **kwargs)
-            allocate(bound.arguments)
-            return original(*bound.args, **bound.kwargs)
-
-        setattr(apply, MARK, True)
-        cls.apply = apply
-        return f"TritonExperts.apply: allocates {CONFIG['gib']} GiB of workspace a call"
-    original_fn = module.fused_experts
-    sig_fn = inspect.signature(original_fn)
-
-    def fused_experts(*args: Any, **kwargs: Any) -> Any:
-        bound = sig_fn.bind(*args, **kwargs)
-        allocate(bound.arguments)
-        return original_fn(*bound.args, **bound.kwargs)
-
-    setattr(fused_experts, MARK, True)
-    module.fused_experts = fused_experts
-    return f"fused_experts: allocates {CONFIG['gib']} GiB of workspace a call"
-
-
 def _rerounded(cls: Any, factor: float) -> str:
     original = cls.forward
 
@@ -359,7 +323,6 @@ PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
     "swap-top1": {GATE_LINEAR: _swap_top1},
     "reround": {QWEN3_MOE: _reround},
     "reround-attn": {QWEN3_MOE: _reround_attn},
-    "workspace": {FUSED_MOE: _workspace, TRITON_MOE: _workspace},
     **moegate_planted_experts.patches(CONFIG),
 }
 """Patches by bug: its kind, or kind=value where the value picks a different patch."""

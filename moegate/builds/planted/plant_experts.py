@@ -13,7 +13,10 @@ The kernel tier calls the experts directly (``fused_experts``; ``TritonExperts.a
   order, so the sum over a token's experts adds them in another order;
 - ``act-fp32`` (harmless, ``silu``): vLLM's ``apply_moe_activation`` for plain silu-and-mul (no clamp, no
   mask) redone in float32 with one rounding at the end, in ``fused_moe`` and ``modular_kernel`` (the legacy and
-  the modular experts): an elementwise op at least as accurate as vLLM's, rounded elsewhere.
+  the modular experts): an elementwise op at least as accurate as vLLM's, rounded elsewhere;
+- ``workspace``: ``fused_experts`` and ``TritonExperts.apply`` allocate ``gib`` GiB of workspace on the weights'
+  device on every call, as a pull request that sizes a buffer by a wrong formula would: larger than the GPU, it is
+  the build's own out-of-memory error (``moegate.core.faults`` must read it FAIL).
 
 Each patch says what it changed (``plant.py`` prints it) and raises where a name is not where it is expected.
 """
@@ -144,6 +147,39 @@ def _act_fp32(module: Any, config: dict[str, Any]) -> str:
     return "apply_moe_activation: silu-and-mul in float32, one rounding"
 
 
+def _workspace(module: Any, config: dict[str, Any]) -> str:
+    size = float(config["gib"]) * 2**30
+
+    def allocate(a: Any) -> None:
+        w1 = a["w1"]
+        w1.new_empty((int(size) // w1.element_size(),))  # held for the call, then freed
+
+    if module.__name__ == TRITON_MOE:
+        cls = module.TritonExperts
+        original = cls.apply
+        sig = inspect.signature(original)
+
+        def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(self, *args, **kwargs)
+            allocate(bound.arguments)
+            return original(*bound.args, **bound.kwargs)
+
+        setattr(apply, MARK, True)
+        cls.apply = apply
+        return f"TritonExperts.apply: allocates {config['gib']} GiB of workspace a call"
+    original_fn = module.fused_experts
+    sig_fn = inspect.signature(original_fn)
+
+    def fused_experts(*args: Any, **kwargs: Any) -> Any:
+        bound = sig_fn.bind(*args, **kwargs)
+        allocate(bound.arguments)
+        return original_fn(*bound.args, **bound.kwargs)
+
+    setattr(fused_experts, MARK, True)
+    module.fused_experts = fused_experts
+    return f"fused_experts: allocates {config['gib']} GiB of workspace a call"
+
+
 def patches(config: dict[str, Any]) -> dict[str, dict[str, Callable[[Any], str]]]:
     """``plant.py``'s patches for these kinds, each bound to ``config`` (the build's bug)."""
 
@@ -154,4 +190,5 @@ def patches(config: dict[str, Any]) -> dict[str, dict[str, Callable[[Any], str]]
         "moe-reround": {FUSED_MOE: bound(_moe_reround), TRITON_MOE: bound(_moe_reround)},
         "topk-order": {FUSED_MOE: bound(_topk_reverse), TRITON_MOE: bound(_topk_reverse)},
         "act-fp32": {FUSED_MOE: bound(_act_fp32), MODULAR_KERNEL: bound(_act_fp32)},
+        "workspace": {FUSED_MOE: bound(_workspace), TRITON_MOE: bound(_workspace)},
     }

@@ -189,7 +189,9 @@ def test_the_carry_holds_the_build_inputs_and_cutlass_headers_only(tmp_path):
     carry = _carry(tmp_path)
     with tarfile.open(carry) as tar:
         names = set(tar.getnames())
-        version = tar.extractfile("cutlass/VERSION").read().decode()
+        member = tar.extractfile("cutlass/VERSION")
+        assert member is not None
+        version = member.read().decode()
     assert {"vllm/CMakeLists.txt", "vllm/setup.py", f"vllm/{ALIGN}", "vllm/requirements/cuda.txt",
             "cutlass/include/cutlass/array.h"} <= names  # fmt: skip
     assert not [n for n in names if n.startswith(("vllm/vllm/", "vllm/docs/"))] and version == "4.7.1\n"

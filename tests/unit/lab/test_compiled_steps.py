@@ -66,7 +66,8 @@ def test_a_prs_run_only_reads_the_compiler_cache_and_only_mains_run_writes_it():
     for job in CALLER["jobs"].values():
         assert not [s for s in job.get("steps", []) if "actions/cache@" in str(s.get("uses", ""))
                     or "actions/cache/save@" in str(s.get("uses", ""))]  # fmt: skip
-    on = CACHE.get("on", CACHE.get(True))
+    keys: dict[Any, Any] = {**CACHE}  # YAML reads the key `on` as True
+    on: Any = keys.get("on", keys.get(True))
     assert list(on) == ["push"] and on["push"]["branches"] == ["main"]
     steps = CACHE["jobs"]["moe-cache"]["steps"]
     save = _uses(steps, "actions/cache/save@")
