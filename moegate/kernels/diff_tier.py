@@ -350,7 +350,3 @@ def main(argv: list[str] | None = None) -> int:
     if len(verdicts) > 1:
         say(f"{len(verdicts) - failed} of {len(verdicts)} runs PASS under {opts.promise}")
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
