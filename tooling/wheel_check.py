@@ -35,7 +35,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "fetch-gsm8k",
     "power",
     "census",
-    "build",
+    "make-build",
     "tiny-model",
 )
 SUBCOMMANDS += ("gsm8k",)

@@ -1,7 +1,7 @@
 """Builds: vLLM as an interpreter, from a wheel or a site; what runs inside one; which binaries a PR's builds hold.
 
 - ``planted``: a build as a venv that sees a Python's packages and sites first, with a planted bug
-  (``moegate build``).
+  (``moegate make-build``).
 - ``probe``: does vLLM import in a build's interpreter (a process of its own): ``moegate gate`` asks first.
 - ``wheels``: is a wheel vLLM's, read from its METADATA before anything is installed.
 - ``devsite``: a dev-versioned copy of an installed vLLM (``python -m moegate.builds.devsite``).

@@ -7,7 +7,7 @@
     moegate diff --base-python PY --pr-python PY ...    the differential kernel tier (a CUDA GPU)
     moegate preflight [--json FILE] ...                 can this runner run the GPU tiers?
     moegate fetch-gsm8k [--dir DIR]                     GSM8K from its authors, sha256-checked
-    moegate build DEST --python PY [--site DIR]... [--bug SPEC]   a build as an interpreter (e2e, A/B)
+    moegate make-build DEST --python PY [--site DIR]... [--bug SPEC]   a build as an interpreter (e2e, A/B)
     moegate tiny-model DEST                             the tiny Qwen3-MoE model the e2e and A/B tiers serve
     moegate gsm8k run|compare ...                       one GSM8K run against a running server; two compared
     moegate repro '<case json>' / moegate spec '<case json>'
@@ -51,7 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "offload-truth": ("moegate.offload.plan", "on a CUDA GPU: is every weight marked host-resident host memory, by the driver's word?"),
     "builds": ("moegate.cli.builds", "a PR's builds: compiled changes, extension hashes, the precompiled pin, the MoE rebuild"),
     "reach": ("moegate.reach.__main__", "what the tiers exercise: branches, Triton variants, conditions (python -m moegate.reach)"),
-    "build": ("moegate.builds.planted", "make a build: a venv of a Python that sees vLLM sites first, optionally with a planted bug"),
+    "make-build": ("moegate.builds.planted", "make a build: a venv of a Python that sees vLLM sites first, optionally with a planted bug"),
     "tiny-model": ("moegate.model.tiny_model", "write the tiny Qwen3-MoE checkpoint the e2e and A/B tiers serve (--model DIR)"),
     "gsm8k": ("moegate.cli.gsm8k", "one GSM8K run through lm-eval against a running server, or two runs' records compared"),
 }  # fmt: skip

@@ -217,7 +217,7 @@ def make_build(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="moegate build", description=(__doc__ or "").split("\n")[0])
+    ap = argparse.ArgumentParser(prog="moegate make-build", description=(__doc__ or "").split("\n")[0])
     ap.add_argument("dest", type=Path, help="the build's venv directory (made, or remade if it is one)")
     ap.add_argument("--python", required=True, help="the interpreter whose packages the build sees")
     ap.add_argument("--site", action="append", default=[], help="a directory first on the path (repeatable)")

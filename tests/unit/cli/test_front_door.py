@@ -25,7 +25,7 @@ ENTRY_POINTS = {
     "moegate/e2e/__main__.py": "door: moegate e2e's alias, which nox's e2e sessions and the GPU leg run",
     "moegate/power/__main__.py": "door: moegate power's alias, which nox -s power runs in the mutation tool's environment",
     "moegate/census/__main__.py": "door: moegate census's alias, which nox -s bless -- census runs in a build's Python",
-    "moegate/builds/planted/__main__.py": "door: moegate build's alias, which the lab's GPU scripts make builds with",
+    "moegate/builds/planted/__main__.py": "door: moegate make-build's alias, which the lab's GPU scripts make builds with",
     "moegate/reach/__main__.py": "door: moegate reach's alias, which nox -s reach and lab/gpu/reach.sh run in a build",
     "moegate/census/fit.py": "door: nox -s fit and the nightly against vLLM main (tooling/ci/vllm_main.py) run it",
     "moegate/kernels/sweep.py": "worker: moegate gate runs the sweep in the build's Python",
@@ -77,7 +77,7 @@ def test_help_lists_every_subcommand_and_each_names_a_main(capsys):
 
 @pytest.mark.parametrize(
     "name",
-    ["gate", "e2e", "ab", "preflight", "fetch-gsm8k", "repro", "spec", "power", "offload-truth", "build", "gsm8k"]
+    ["gate", "e2e", "ab", "preflight", "fetch-gsm8k", "repro", "spec", "power", "offload-truth", "make-build", "gsm8k"]
     + ["tiny-model", "ab-spread", "ab-simulate", "train-tiny", "text-routing"],
 )
 def test_each_subcommand_hands_its_arguments_to_its_own_main(name, capsys):
