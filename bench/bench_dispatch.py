@@ -27,9 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--cases must be at least 1")
 
     t_import = time.perf_counter()
+    from moegate.dispatch.names import TargetError
+    from moegate.dispatch.target import VllmTarget
     from moegate.kernels.inputs import WeightBank
-    from moegate.vllm.names import TargetError
-    from moegate.vllm.target import VllmTarget
 
     try:
         target = VllmTarget(weights=WeightBank)  # on a GPU the default runs each case to the end

@@ -47,7 +47,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from moegate.core.golden import atomic_write
+from moegate.core.golden_files import atomic_write
 
 CONCURRENCY = (1, 2, 3, 4, 8)
 PROMPT_LEN = (64, 320)  # decode starts after a prompt of this many tokens (the A/B's ShareGPT prompts: ~100-300)

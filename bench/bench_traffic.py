@@ -29,9 +29,9 @@ import time
 import torch
 
 from moegate.core.case import MoECase, Routing, RoutingKind
+from moegate.dispatch.environment import describe_environment
+from moegate.dispatch.target import VllmTarget
 from moegate.kernels.traffic import ExpertBytes, step_traffic
-from moegate.vllm.environment import describe_environment
-from moegate.vllm.target import VllmTarget
 
 E, TOP_K, HIDDEN, INTER = 128, 8, 2048, 768
 TOKENS = (1, 2, 3, 4, 8)

@@ -11,7 +11,7 @@ prompt set, the reviewed equivalent mutants (``power/``), the measured figures
 3. the current directory: an installed wheel run from a checkout's root.
 
 GSM8K is never in the checkout: it is read from ``$MOEGATE_GSM8K_DIR``, else from the folder
-``moegate fetch-gsm8k`` fills (``GSM8K_CACHE_DIR``; ``moegate.e2e.datasets``).
+``moegate fetch-gsm8k`` fills (``GSM8K_CACHE_DIR``; ``moegate.e2e.gsm8k_files``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ draw builds it in:
   (``ignore_invalid_experts=True``), so their rows of the intermediate cache are
   never written, yet the second product's dynamic per-tensor activation scale is
   taken over every row, unwritten ones included: the output depends on stale
-  memory (``tools/gpu/probes/fp8_ep_stale_memory.py`` shows it). The modular experts
+  memory (``lab/gpu/probes/fp8_ep_stale_memory.py`` shows it). The modular experts
   avoid it (``a2_scale_is_global`` keeps those pairs). A numerics question of the
   legacy API, not of dispatch.
 - int4_w4a16 with group size 32 is not drawn at the Qwen3-30B-A3B shape at the
@@ -40,7 +40,7 @@ draw builds it in:
   group_size must be one of [1, 2, 4, 8]``) in 0.32.0 and 0.33.0 alike, the first
   time at 1 token and top-3. The modular ``TritonWNA16Experts`` always launch the
   Triton wNa16 kernel and run it. Found by the kernel-tier benchmark on an H200;
-  ``tools/gpu/probes/wna16_block_k.py`` lists every draw it hits and runs the
+  ``lab/gpu/probes/wna16_block_k.py`` lists every draw it hits and runs the
   smallest, and ``tests/dispatch/test_kernel_configs.py`` asks vLLM's heuristic
   that no legacy draw reaches it. A crash of vLLM's quantized kernels on every
   build, not a dispatch question, so the tier leaves it to the probe rather than
@@ -197,7 +197,7 @@ def census_kernel_cases(
     """What the census adds, on a GPU: every activation with its limits, biases, the census's K and N.
 
     bfloat16, unquantized, no expert map, up to ``MAX_KERNEL_TOKENS`` tokens (both paths).
-    The legacy entrypoint takes an activation's name only (``moegate.vllm.calls``), so it
+    The legacy entrypoint takes an activation's name only (``moegate.dispatch.calls``), so it
     draws the activations that need no parameter; the modular one draws them all.
     """
     if entrypoint not in ENTRYPOINTS:

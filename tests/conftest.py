@@ -65,8 +65,8 @@ def require_vllm() -> bool:
 
 
 def vllm_import_error() -> str | None:
-    """Why ``import vllm`` fails here, or None (``moegate.vllm.probe.import_error``: vLLM is imported in moegate/vllm/)."""
-    from moegate.vllm.probe import import_error
+    """Why ``import vllm`` fails here, or None (``moegate.builds.probe.import_error``: vLLM is imported in moegate/builds/)."""
+    from moegate.builds.probe import import_error
 
     return import_error()
 
@@ -93,7 +93,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     try:
-        from moegate.vllm.environment import describe_environment
+        from moegate.dispatch.environment import describe_environment
     except ImportError as exc:  # the e2e driver's env has no torch: its servers run in the builds' envs
         env = {"torch": f"absent ({exc.name})"}
     else:
@@ -108,9 +108,9 @@ def bless(request: pytest.FixtureRequest) -> bool:
 
 
 def _attach(finish: bool) -> Iterator[object]:
+    from moegate.dispatch.names import TargetError
+    from moegate.dispatch.target import VllmTarget
     from moegate.kernels.inputs import WeightBank
-    from moegate.vllm.names import TargetError
-    from moegate.vllm.target import VllmTarget
 
     try:
         t = VllmTarget(finish=finish, weights=WeightBank)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from moegate.vllm.wheels import NotAVllmWheel, vllm_wheel
+from moegate.builds.wheels import NotAVllmWheel, vllm_wheel
 from tooling.nox_envs import BASE_VLLM, PROJECT_DEPS, RELEASES, ROOT, Session, locked, shared_env
 from tooling.serving import UVA_EXPERTS, base_args, cpu_server_env, on_gpu
 

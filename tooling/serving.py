@@ -37,7 +37,7 @@ GPU_SERVER_ARGS = f"{base_args()} --gpu-memory-utilization 0.25 --kv-cache-memor
 The KV cache is a fixed 1 GiB (the tiny models need 16 MiB at these lengths): with it vLLM skips the memory profiling
 that counts every other process's allocations on the GPU as its own. Servers side by side on one GPU (an e2e pair, the
 rehearsal's legs on the H200) then start whatever their neighbours hold; with 12 engines starting at once on
-2026-12-01, 5 profiled a negative KV budget and failed (``tools/gpu/e2e_plan.sh``). The utilization stays as the
+2026-12-01, 5 profiled a negative KV budget and failed (``lab/gpu/e2e_plan.sh``). The utilization stays as the
 ceiling vLLM checks free memory against at start (6 GB of a 24 GB card)."""
 
 

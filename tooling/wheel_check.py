@@ -26,15 +26,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = '{"num_tokens": 1, "top_k": 1, "num_experts": 8}'
-SUBCOMMANDS = ("gate", "e2e", "ab", "sweep", "preflight", "fetch-gsm8k", "power", "census")
+SUBCOMMANDS: tuple[str, ...] = (
+    "gate",
+    "e2e",
+    "ab",
+    "sweep",
+    "preflight",
+    "fetch-gsm8k",
+    "power",
+    "census",
+    "make-build",
+    "tiny-model",
+)
+SUBCOMMANDS += ("gsm8k",)
 """The front door's subcommands whose ``--help`` is checked, through the installed script (``repro`` and ``spec`` run
 for real below); ``python -m moegate.e2e`` is the same ``main``."""
 MODULES = (
     "moegate",
     "moegate.model.tiny_model",
     "moegate.model.engine",
-    "moegate.vllm.bench_serve",
-    "moegate.vllm.devsite",
+    "moegate.builds.bench_serve",
+    "moegate.builds.devsite",
 )
 """The ``python -m`` command lines that are not a subcommand; the workflows' helpers (``tooling/ci/``) run from a
 checkout, never from the wheel."""

@@ -31,7 +31,7 @@ from moegate.ab.evidence import DEFAULT_PEAK_SOURCE, MoEShape, TrafficModel, loa
 from moegate.ab.plan import Dataset, DriverError, Plan, Run, load_run
 from moegate.ab.rule import DEFAULT_ALPHA, DEFAULT_MARGIN
 from moegate.ab.verdict import DEFAULT_GATE_THRESHOLD
-from moegate.core.golden import atomic_write
+from moegate.core.golden_files import atomic_write
 from moegate.paths import REPORTS_DIR
 from moegate.serve.build import Build, env_pairs, positive_ints
 from moegate.serve.server import teardown_on_termination

@@ -13,7 +13,7 @@ Per start:
    measured sweep will hit (naive and sorted, each tile config) is compiled and the
    server's first-request costs are paid before anything is timed.
 2. **Measured sweep**: per concurrency ``c``, ``vllm bench serve`` (in-process, in the
-   build's own Python, ``moegate/vllm/bench_serve.py``) with ``--max-concurrency c``,
+   build's own Python, ``moegate/builds/bench_serve.py``) with ``--max-concurrency c``,
    ``--num-warmups c``, ``--ignore-eos``, a fixed output length, and ``N_c`` prompts.
    ``N_c`` is sized by time, once, from the warm-up throughput ``T_c`` (output tok/s) of
    the first start whose warm-up sweep completed: ``N_c = c x max(min_rounds, ceil(target_seconds x T_c /

@@ -12,7 +12,7 @@ A verdict is **false** when it contradicts the truth: *improved* when the PR is 
 it is not slower, *equivalent* when the true change is the margin or more. On an A/A run (no shift) any
 improved or regressed is false; a false *regressed* is what would fail the gate.
 
-``python -m moegate.ab.simulate RUN_DIR ... [--runs 20000]`` measures both on start effects drawn like each
+``python -m moegate ab-simulate RUN_DIR ... [--runs 20000]`` measures both on start effects drawn like each
 run's (``moegate/ab/spread.py``: per level the start-effect and request sd, requests a start, residuals)
 and on stated uniform spreads (``--sd``); the committed figures and their command: ``results/ab-decode-rule.md``.
 """
@@ -229,7 +229,7 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m moegate.ab.simulate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="moegate ab-simulate", description=__doc__.splitlines()[0])
     p.add_argument("runs_dirs", nargs="*", type=Path, metavar="RUN_DIR", help="A/B run folders to draw spreads from")
     p.add_argument(
         "--sd", default="", help="start-to-start sds (log) of a profile alike at every level, e.g. 0.004,0.006,0.01"
@@ -259,7 +259,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"moegate.ab.simulate: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Where the decode time's variance lies in an A/B run: from request to request within a start, and from start to start.
 
-``python -m moegate.ab.spread RUN_DIR [RUN_DIR ...]`` prints, per run and level, a Markdown table:
+``python -m moegate ab-spread RUN_DIR [RUN_DIR ...]`` prints, per run and level, a Markdown table:
 
 - **start-to-start sd**: the sd of a build's start figures (``log`` of the start's median decode time a
   token, ``moegate/ab/latency.py``) about that build's mean, per build and pooled over both (the degrees of
@@ -110,7 +110,7 @@ def table(runs: dict[str, list[LevelSpread]], alpha: float, margin: float, first
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m moegate.ab.spread", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="moegate ab-spread", description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", type=Path, help="A/B run folders (each with run.json and starts/)")
     p.add_argument("--alpha", type=float, default=rule.DEFAULT_ALPHA)
     p.add_argument("--margin", type=float, default=rule.DEFAULT_MARGIN)
@@ -125,7 +125,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"moegate.ab.spread: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

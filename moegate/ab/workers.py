@@ -1,4 +1,4 @@
-"""The benchmark workers: one long-lived ``python -m moegate.vllm.bench_serve --worker`` per build, spoken to in JSON lines over its pipes."""
+"""The benchmark workers: one long-lived ``python -m moegate.builds.bench_serve --worker`` per build, spoken to in JSON lines over its pipes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from moegate.serve.processes import log_tail
 
 
 class BenchWorkers:
-    """One long-lived ``moegate.vllm.bench_serve --worker`` per build: vLLM is imported once per build.
+    """One long-lived ``moegate.builds.bench_serve --worker`` per build: vLLM is imported once per build.
 
     A fresh process per level paid vLLM's import (on the H200: ``results/ab-h200-attempt.md``) ten
     times per server start, more than the measurement itself. The worker only runs the benchmark
@@ -35,7 +35,7 @@ class BenchWorkers:
         self.folder.mkdir(parents=True, exist_ok=True)
         fh = log.open("a")
         proc = subprocess.Popen(
-            [build.python, "-m", "moegate.vllm.bench_serve", "--worker"],
+            [build.python, "-m", "moegate.builds.bench_serve", "--worker"],
             env=env,
             cwd=ROOT,  # moegate imports there: installed in the build's env, or from the checkout (``-m``)
             stdin=subprocess.PIPE,

@@ -7,18 +7,24 @@
     moegate diff --base-python PY --pr-python PY ...    the differential kernel tier (a CUDA GPU)
     moegate preflight [--json FILE] ...                 can this runner run the GPU tiers?
     moegate fetch-gsm8k [--dir DIR]                     GSM8K from its authors, sha256-checked
+    moegate make-build DEST --python PY [--site DIR]... [--bug SPEC]   a build as an interpreter (e2e, A/B)
+    moegate tiny-model DEST                             the tiny Qwen3-MoE model the e2e and A/B tiers serve
+    moegate gsm8k run|compare ...                       one GSM8K run against a running server; two compared
     moegate repro '<case json>' / moegate spec '<case json>'
     moegate census ... / moegate census paths           vLLM's MoE configurations; the paths a CI filter watches
     moegate buildkite --moegate-repo URL --moegate-ref SHA   the gate as a test area of vLLM's Buildkite CI
     moegate power --vllm-python PY ...                  the dispatch tier's mutation score
     moegate power join SHARD_DIR... --out DIR           one report from a power run's shards
-    moegate offload-truth --python PY --out DIR ...     offload truth on a CUDA GPU (python -m moegate.offload.plan)
+    moegate offload-truth --python PY --out DIR ...     offload truth on a CUDA GPU
     moegate builds changes|hashes|compare|pin|rebuild-moe  which binaries a vLLM PR's builds hold
     moegate reach run|report ...                        what the tiers exercise of vLLM's fused MoE (coverage)
 
+and, for moegate's own measurements (``MAINTAINERS``): ``ab-spread``, ``ab-simulate``, ``text-routing``,
+``train-tiny``.
+
 Each subcommand lives in a module of its own: this package's (``gate``, ``repro``, ``spec``,
-``fetch_gsm8k``, ``census``, ``buildkite``, ``builds``) or the tier's command line it hands its arguments to unchanged
-(``python -m moegate.e2e`` is ``moegate e2e``, and so on). Only the subcommand that runs is
+``fetch_gsm8k``, ``census``, ``buildkite``, ``builds``, ``gsm8k``) or the tier's command line it hands its arguments
+to unchanged (``python -m moegate.e2e`` is ``moegate e2e``, and so on). Only the subcommand that runs is
 imported, so ``moegate spec`` needs no torch and ``moegate --help`` no vLLM.
 """
 
@@ -45,8 +51,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "offload-truth": ("moegate.offload.plan", "on a CUDA GPU: is every weight marked host-resident host memory, by the driver's word?"),
     "builds": ("moegate.cli.builds", "a PR's builds: compiled changes, extension hashes, the precompiled pin, the MoE rebuild"),
     "reach": ("moegate.reach.__main__", "what the tiers exercise: branches, Triton variants, conditions (python -m moegate.reach)"),
+    "make-build": ("moegate.builds.planted", "make a build: a venv of a Python that sees vLLM sites first, optionally with a planted bug"),
+    "tiny-model": ("moegate.model.tiny_model", "write the tiny Qwen3-MoE checkpoint the e2e and A/B tiers serve (--model DIR)"),
+    "gsm8k": ("moegate.cli.gsm8k", "one GSM8K run through lm-eval against a running server, or two runs' records compared"),
 }  # fmt: skip
 """Subcommand -> (the module whose ``main(argv)`` runs it, one line of help)."""
+
+MAINTAINERS: dict[str, tuple[str, str]] = {
+    "ab-spread": ("moegate.ab.spread", "an A/B run's within- and between-start spread, per level (docs/design/ab.md)"),
+    "ab-simulate": ("moegate.ab.simulate", "the A/B rule's false verdicts and power over runs drawn like measured ones"),
+    "text-routing": ("moegate.model.text_routing", "a model's routing statistics over ShareGPT text (the router fit's target)"),
+    "train-tiny": ("moegate.model.tiny_train", "train the committed tiny model (models/e2e-trained/), or check its record"),
+}  # fmt: skip
+"""moegate's own measurements, listed apart in the usage: what its results pages were made with."""
 
 EXTRAS = {
     "e2e": "e2e",
@@ -58,20 +75,25 @@ EXTRAS = {
     "offload-truth": "vllm",
     "diff": "vllm",
     "reach": "reach",
+    "gsm8k": "e2e",
+    "ab-spread": "ab",
+    "ab-simulate": "ab",
 }
 """Subcommand -> the extra of pyproject.toml whose packages its module imports (a bare install has none of them)."""
 
 
 def usage() -> str:
-    width = max(map(len, COMMANDS))
+    width = max(map(len, {**COMMANDS, **MAINTAINERS}))
     lines = ["usage: moegate COMMAND [ARGS...]   (moegate COMMAND --help: its options)", "", "commands:"]
     lines += [f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()]
+    lines += ["", "moegate's own measurements (what its results pages were made with):"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in MAINTAINERS.items()]
     return "\n".join(lines)
 
 
 def entry(name: str) -> Callable[[list[str]], int | None]:
     """The ``main`` of subcommand ``name``'s module, imported now (only the one that runs)."""
-    module = importlib.import_module(COMMANDS[name][0])  # by name: a subcommand's imports cost only when it runs
+    module = importlib.import_module({**COMMANDS, **MAINTAINERS}[name][0])  # by name: only the one that runs
     main: Callable[[list[str]], int | None] = module.main
     return main
 
@@ -92,7 +114,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(usage())
         return 0 if args else 2
     name, rest = args[0], args[1:]
-    if name not in COMMANDS:
+    if name not in COMMANDS and name not in MAINTAINERS:
         print(f"moegate: unknown command {name!r}; known: {', '.join(COMMANDS)} (moegate --help)", file=sys.stderr)
         return 2
     try:

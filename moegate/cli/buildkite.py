@@ -25,8 +25,8 @@ import re
 import sys
 from pathlib import Path
 
+from moegate.census.watch import golden_paths
 from moegate.core.tiers import BUILDKITE_TIERS, CI_TIERS, UnknownInput, parse_tiers
-from moegate.vllm.census.watch import golden_paths
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 CLONE_DIR = "/tmp/moegate"

@@ -8,11 +8,11 @@
     moegate builds hashes BUILD --json FILE
         the sha256 of every compiled extension (``vllm/**/*.so``) of a wheel, a site or a Python
     moegate builds compare --base FILE --pr FILE --changes FILE [--json FILE]
-        PASS or FAIL: the two builds' records against what changed (``moegate.vllm.builds.extensions``)
+        PASS or FAIL: the two builds' records against what changed (``moegate.builds.extensions``)
     moegate builds pin --vllm-src DIR --commit SHA --variant cu130 [--index URL] [--env FILE]
         the published precompiled wheel of a commit (the merge base), as ``VLLM_PRECOMPILED_WHEEL_*=`` lines
     moegate builds rebuild-moe --vllm-src DIR --arch 8.9 --build-dir DIR [--into SITE|WHEEL [--out DIR]] ...
-        vLLM's MoE extension built from the tree with vLLM's own CMake text (``moegate.vllm.builds.moe_build``)
+        vLLM's MoE extension built from the tree with vLLM's own CMake text (``moegate.builds.moe_build``)
 
 Exit status: 0 done (PASS); 1 FAIL (a compiled MoE change the builds do not hold, extensions that differ, a build
 that cannot be pinned or made); 2 bad input, one line (not a git repository, an unknown commit, a build with no
@@ -29,12 +29,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from moegate.builds.changes import ChangesError, CompiledChanges, compiled_changes
+from moegate.builds.extensions import BuildError, cannot_build_line, compare, record
+from moegate.builds.moe_build import BuildError as MakeError
+from moegate.builds.moe_build import build_moe, install
+from moegate.builds.pin import INDEX, PinError, pin
 from moegate.core.hashing import sha256_file
-from moegate.vllm.builds.changes import ChangesError, CompiledChanges, compiled_changes
-from moegate.vllm.builds.extensions import BuildError, cannot_build_line, compare, record
-from moegate.vllm.builds.moe_build import BuildError as MakeError
-from moegate.vllm.builds.moe_build import build_moe, install
-from moegate.vllm.builds.pin import INDEX, PinError, pin
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
-"""``moegate census ...``: the census of vLLM's MoE configurations (``moegate/vllm/census``, docs/design/census.md).
+"""``moegate census ...``: the census of vLLM's MoE configurations (``moegate/census``, docs/design/census.md).
 
-Its arguments go unchanged to ``python -m moegate.vllm.census``: ``--check`` (the default), ``--bless``,
+Its arguments go unchanged to ``python -m moegate.census``: ``--check`` (the default), ``--bless``,
 ``--out FILE``, ``--vllm-root DIR``. ``moegate census paths [--golden FILE]`` prints the paths of vLLM's tree a
-CI's path filter watches, one a line (``moegate/vllm/census/watch.py``), from the newest committed census golden
+CI's path filter watches, one a line (``moegate/census/watch.py``), from the newest committed census golden
 or the one given; no vLLM needed.
 """
 
@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from moegate.vllm.census.__main__ import main as census_main
-from moegate.vllm.census.watch import golden_paths
+from moegate.census.__main__ import main as census_main
+from moegate.census.watch import golden_paths
 
 
 def paths(argv: list[str]) -> int:

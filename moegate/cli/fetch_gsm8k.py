@@ -1,7 +1,7 @@
 """``moegate fetch-gsm8k [--dir DIR] [--source URL]``: GSM8K from its authors' repository, each file's sha256 checked.
 
 The e2e tier's GSM8K gate and the tiny models' tokenizer read GSM8K (``test.jsonl``, ``train.jsonl``) from the folder
-``MOEGATE_GSM8K_DIR`` names (``moegate.e2e.datasets``); the data set is never part of the checkout. This puts it
+``MOEGATE_GSM8K_DIR`` names (``moegate.e2e.gsm8k_files``); the data set is never part of the checkout. This puts it
 there: both files downloaded from ``--source`` (default: ``openai/grade-school-math`` on GitHub, the authors' own
 repository; a ``file://`` folder works too), each checked against the sha256 the project records
 (``GSM8K_SHA256``), and only then moved into ``--dir`` together, so a failed or corrupt download leaves nothing
@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 
 from moegate.core.hashing import sha256_file
-from moegate.e2e.datasets import GSM8K_SHA256
+from moegate.e2e.gsm8k_files import GSM8K_SHA256
 from moegate.paths import GSM8K_CACHE_DIR
 
 SOURCE = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data"

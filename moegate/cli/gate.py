@@ -8,7 +8,7 @@
         [--junit FILE] [--min-kernel-tests N] [--sweep-cases N] [-- PYTEST_ARGS]
 
 Runs from a moegate checkout (the tests live there). The build is asked first, in a process of its own, whether vLLM
-imports (``moegate.vllm.probe``): where it does not, the gate FAILS with one line naming the build and the import's
+imports (``moegate.builds.probe``): where it does not, the gate FAILS with one line naming the build and the import's
 error, before any tier; a skip would let a broken pull request through. Then the tiers, in one pytest run against
 the build (``MOEGATE_REQUIRE_VLLM=1``):
 
@@ -57,6 +57,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from moegate.builds.probe import TEST_PACKAGES, probe
+from moegate.builds.wheels import NotAVllmWheel, vllm_wheel
 from moegate.cli.gate_page import Gate, TierRun, render
 from moegate.cli.gate_page import write as write_page
 from moegate.core.check import dev_run
@@ -67,8 +69,6 @@ from moegate.core.tiers import parse_tiers as parse_tier_list
 from moegate.paths import REPORTS_DIR, ROOT, is_checkout
 from moegate.preflight.attempts import DEFAULT_WAIT_S, retry_once, run_watched
 from moegate.preflight.gpu_processes import gpu_processes, unlisted_mib
-from moegate.vllm.probe import TEST_PACKAGES, probe
-from moegate.vllm.wheels import NotAVllmWheel, vllm_wheel
 
 TIERS = GATE_TIERS
 GPU_TIERS = ("kernels", "sweep", "diff")

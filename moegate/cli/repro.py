@@ -18,7 +18,7 @@ import sys
 from moegate.cli.spec import parse_case
 from moegate.core.case import ENTRYPOINTS, MoECase
 from moegate.core.spec import expected_path
-from moegate.vllm.names import TargetError
+from moegate.dispatch.names import TargetError
 
 
 def _kernels(case: MoECase, entrypoints: list[str]) -> int:
@@ -27,9 +27,9 @@ def _kernels(case: MoECase, entrypoints: list[str]) -> int:
     if not torch.cuda.is_available():
         print("moegate repro: --kernels runs the case on a CUDA GPU, and torch here sees none", file=sys.stderr)
         return 2
+    from moegate.dispatch.target import VllmTarget  # imports torch at its top
     from moegate.kernels.check import run_checked  # imports torch at its top
     from moegate.kernels.inputs import WeightBank  # imports torch at its top
-    from moegate.vllm.target import VllmTarget  # imports torch at its top
 
     try:
         target = VllmTarget(finish=True, weights=WeightBank)
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.kernels:
         return _kernels(case, args.entrypoint or list(ENTRYPOINTS))
 
-    from moegate.vllm.target import VllmTarget  # imports torch at its top: `moegate spec` runs without it
+    from moegate.dispatch.target import VllmTarget  # imports torch at its top: `moegate spec` runs without it
 
     try:
         target = VllmTarget(finish=False)  # the path is decided before any kernel runs

@@ -17,19 +17,20 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from moegate.e2e import data as e2e
-from moegate.e2e import greedy, gsm8k, pair, prompts, report, rules
-from moegate.e2e.data import DEFAULT_PROMISE, PROMISES
-from moegate.e2e.datasets import DataError
-from moegate.e2e.goldens import E2E_GOLDEN_DIR as GOLDEN_DIR
-from moegate.e2e.goldens import flag_value
+from moegate.builds.planted import make_build
+from moegate.e2e import greedy_passes, lmeval, pair, prompts, report, rules
+from moegate.e2e import run_data as e2e
+from moegate.e2e.golden_records import E2E_GOLDEN_DIR as GOLDEN_DIR
+from moegate.e2e.golden_records import flag_value
+from moegate.e2e.gsm8k_files import DataError
 from moegate.e2e.rules.identical import starts_caveat
+from moegate.e2e.run_data import DEFAULT_PROMISE, PROMISES
 from moegate.paths import REPORTS_DIR, ROOT
 from moegate.serve.build import Build, BuildError, env_pairs, parse_build, positive_ints
 from moegate.serve.server import ServerError, resolve_model, teardown_on_termination
-from moegate.vllm.planted import make_build
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--reference", default="auto",
         help="the base re-rounded, the yardstick of --promise equivalent: auto (made from the base's interpreter "
-        "by moegate.vllm.planted --bug reround=3), a build's Python, or none (then only identical can be judged)",
+        "by moegate.builds.planted --bug reround=3), a build's Python, or none (then only identical can be judged)",
     )  # fmt: skip
     r.add_argument("--reference-url", default=None, help="a running server of the reference build (used, not started)")
     r.add_argument("--server-args", default="", help="server flags of both builds")
@@ -190,9 +191,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         resolve_model(args.model)
         if "gsm8k" in gates:
-            if args.gsm8k_task == gsm8k.LOCAL_TASK:
-                gsm8k.verify_data(args.gsm8k_dir)
-            gsm8k.check_lm_eval(args.eval_python or "")
+            if args.gsm8k_task == lmeval.LOCAL_TASK:
+                lmeval.verify_data(args.gsm8k_dir)
+            lmeval.check_lm_eval(args.eval_python or "")
         scoring = not args.strict
         available = len(prompts.prompt_set())
         cap = min(available, args.score_cap or e2e.SCORE_CAP_FACTOR * args.prompts) if scoring else args.prompts
@@ -224,20 +225,38 @@ def _run(args: argparse.Namespace) -> int:
         if type(exc).__module__.startswith("moegate"):
             return _stop(args, title, runs, commands, exc)
         raise
-    decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
+    notes = [f"wall time {time.monotonic() - t0:.0f} s ({report.environment_line()})"]
+    return _verdicts(args, title, runs, opts, data, ref_run, flags, commands, notes=notes, out=out)
+
+
+def _verdicts(
+    args: argparse.Namespace,
+    title: str,
+    runs: list[e2e.BuildRun],
+    opts: e2e.Options,
+    data: e2e.ScoreData | None,
+    ref_run: e2e.BuildRun | None,
+    flags: dict[str, tuple[str, ...]],
+    commands: list[str],
+    notes: Sequence[str] = (),
+    out: Path | None = None,
+) -> int:
+    """The one verdict pipeline, ``run``'s and ``compare``'s: the rules judge the run's data, the page (with the
+    promise's notes) is written to ``--report``, each verdict is printed; exit 0 when every gate passed, 1 when one
+    failed, 2 (and the page says why) when the data cannot be judged. ``out``: ``run``'s folder, which also keeps
+    each gate's JSON and a copy of the page."""
+    decode = greedy_passes.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
     try:
         results = rules.judge(runs[0], runs[1], opts, decode, data, ref_run)
     except ValueError as exc:  # the data cannot judge the promise (a reference that moved nothing)
         return _stop(args, title, runs, commands, exc)
-    for r in results:
-        r.write_json(out / gate_file(r.gate))
-    notes = [
-        f"wall time {time.monotonic() - t0:.0f} s ({report.environment_line()})",
-        *_promise_notes(runs, opts, data, ref_run, flags),
-    ]
+    notes = [*notes, *_promise_notes(runs, opts, data, ref_run, flags)]
     page = report.render(title, runs, results, commands=commands, notes=notes)
+    if out is not None:
+        for r in results:
+            r.write_json(out / gate_file(r.gate))
+        (out / "e2e.md").write_text(page)
     report.write(Path(args.report), page)
-    (out / "e2e.md").write_text(page)
     for r in results:
         print(f"{r.verdict}  {r.gate}: {r.summary}", file=sys.stderr)
     return 0 if all(r.passed for r in results) else 1
@@ -315,17 +334,9 @@ def _compare(args: argparse.Namespace) -> int:
         strict_goldens=args.strict_goldens,
     )  # fmt: skip
     opts.bless_command = " ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:], "--bless"])
-    decode = greedy.tokenizer_decoder(args.model) if Path(args.model).is_dir() else None
-    results = rules.judge(runs[0], runs[1], opts, decode, data, ref_run)
     commands = [" ".join(shlex.quote(a) for a in ["python", "-m", "moegate.e2e", *sys.argv[1:]])]
-    page = report.render(
-        f"moegate e2e ({args.promise}): {args.base} vs {args.pr}", runs, results, commands=commands,
-        notes=_promise_notes(runs, opts, data, ref_run, flags),
-    )  # fmt: skip
-    report.write(Path(args.report), page)
-    for r in results:
-        print(f"{r.verdict}  {r.gate}: {r.summary}", file=sys.stderr)
-    return 0 if all(r.passed for r in results) else 1
+    title = f"moegate e2e ({args.promise}): {args.base} vs {args.pr}"
+    return _verdicts(args, title, runs, opts, data, ref_run, flags, commands)
 
 
 def _git_ignored(path: Path) -> bool:

@@ -2,13 +2,13 @@
 
 ``serve_pair`` starts both builds' servers (or attaches to running ones, ``urls``), measures
 each build's gates against its own server (``measure``: the greedy passes, then GSM8K), both
-builds at once, then the scoring phase of ``moegate/e2e/scored.py`` against both (and GSM8K's
+builds at once, then the scoring phase of ``moegate/e2e/scoring_phase.py`` against both (and GSM8K's
 growth where its size rule asks), then stops the servers it started (in every case: the
 ``ExitStack`` stops them on any error, and ``teardown_on_termination`` turns SIGTERM into that),
-and writes the raw files (``moegate/e2e/data.py``). The verdicts are the rules' (``rules.judge``).
+and writes the raw files (``moegate/e2e/run_data.py``). The verdicts are the rules' (``rules.judge``).
 The one start of a build is the cost (on a 2-core CPU, ``results/ci-time.md``; on the H200,
 ``results/e2e-h200-scored.md``), so every gate of a build shares it; ``python -m moegate.e2e run``
-and the GPU tools (``tools/gpu/e2e_plan.sh``) run pairs through here.
+and the GPU tools (``lab/gpu/e2e_plan.sh``) run pairs through here.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core import progress
-from moegate.e2e import greedy, gsm8k, rules, scored, stats
-from moegate.e2e.data import BuildRun, Options, ScoreData, gsm8k_cap, write_raw, write_scores
+from moegate.e2e import greedy_passes, lmeval, paired, rules, scoring_phase
 from moegate.e2e.prompts import Prompt
+from moegate.e2e.run_data import BuildRun, Options, ScoreData, gsm8k_cap, write_raw, write_scores
 from moegate.serve.attached import AttachedServer
 from moegate.serve.build import Build, BuildError
 from moegate.serve.server import Server, gpu_pids
@@ -52,10 +52,10 @@ def measure(
                     "max_tokens": opts.max_tokens,
                     "check_alive": lambda: srv.check_alive(grace_s=5),
                 }
-                run.greedy[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **greedy_kw)
+                run.greedy[c] = greedy_passes.run_pass(srv.url, srv.model_name, prompts, c, **greedy_kw)
                 bar.advance()
                 if c > 1 and not reference:  # the same build twice at c in flight: each build's own noise there
-                    run.repeat[c] = greedy.run_pass(srv.url, srv.model_name, prompts, c, **greedy_kw)
+                    run.repeat[c] = greedy_passes.run_pass(srv.url, srv.model_name, prompts, c, **greedy_kw)
                     bar.advance()
         run.seconds["greedy"] = time.monotonic() - t
     if "gsm8k" in opts.gates and not reference:
@@ -65,10 +65,10 @@ def measure(
             "num_concurrent": opts.gsm8k_in_flight,
         }  # fmt: skip
         with progress.stage(f"{label}: GSM8K", 2 if opts.gsm8k_repeat else 1, prefix="e2e", unit="runs") as bar:
-            run.gsm8k = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}", **gsm8k_kw)
+            run.gsm8k = lmeval.run_on_server(srv, out / f"gsm8k-{run.build.label}", **gsm8k_kw)
             bar.advance()
             if opts.gsm8k_repeat:
-                run.gsm8k_repeat = gsm8k.run_on_server(srv, out / f"gsm8k-{run.build.label}-repeat", **gsm8k_kw)
+                run.gsm8k_repeat = lmeval.run_on_server(srv, out / f"gsm8k-{run.build.label}-repeat", **gsm8k_kw)
                 bar.advance()
         run.seconds["gsm8k"] = time.monotonic() - t
 
@@ -144,18 +144,18 @@ def serve_pair(
             greedy_1 = []
             for run, srv in zip(runs, servers[:2], strict=True):
                 if 1 not in run.greedy:  # the scored sequences are the 1-in-flight continuations
-                    run.greedy[1] = greedy.run_pass(
+                    run.greedy[1] = greedy_passes.run_pass(
                         srv.url, srv.model_name, prompts, 1, max_tokens=opts.max_tokens, check_alive=_alive(srv)
                     )
                 greedy_1.append(run.greedy[1])
-            data = scored.measure(
+            data = scoring_phase.measure(
                 servers[:2], labels, (greedy_1[0], greedy_1[1]), prompts, all_prompts=all_prompts, available=available,
                 in_flight=opts.in_flight, max_tokens=opts.max_tokens, detect=opts.score_detect,
                 cap=opts.score_cap, timeout_s=opts.score_timeout_s, reference=ref_side,
                 needed=lambda d: rules.needed_prompts(d, opts),
             )  # fmt: skip
             if "gsm8k" in opts.gates:
-                data.gsm8k_divergences = scored.rescore_gsm8k(
+                data.gsm8k_divergences = scoring_phase.rescore_gsm8k(
                     servers[:2], labels, runs[0].gsm8k, runs[1].gsm8k, timeout_s=opts.score_timeout_s
                 )
                 _extend_gsm8k(servers[:2], runs, data, opts, out)
@@ -175,7 +175,7 @@ def start_together(servers: Sequence[Server]) -> None:
     it profiles, and counts another engine's allocations as its own (seen on the H200: starts at once
     failed with a negative "Available KV cache memory", ``results/e2e-h200-scored.md``), unless every server
     has a fixed KV cache (``--kv-cache-memory-bytes``): then vLLM skips that profiling, and 14 servers started
-    side by side on the one H200 all came up (``tools/gpu/e2e_plan.sh``).
+    side by side on the one H200 all came up (``lab/gpu/e2e_plan.sh``).
     """
     if not servers:
         return
@@ -231,7 +231,7 @@ def _discordance(runs: Sequence[BuildRun]) -> float:
         for k in ("exact_match_strict", "exact_match_flexible"):
             a = {int(r["doc_id"]): int(r[k]) for r in x.records}
             b = {int(r["doc_id"]): int(r[k]) for r in y.records}
-            rates.append(stats.mcnemar(a, b).discordant / n)
+            rates.append(paired.mcnemar(a, b).discordant / n)
     return max(rates, default=0.0)
 
 
@@ -240,8 +240,8 @@ def _extend_gsm8k(servers: Sequence[Any], runs: Sequence[BuildRun], data: ScoreD
     """Too few questions for the promise at the measured discordance: run GSM8K again on more, up to the cap."""
     cap = gsm8k_cap(opts)
     limit = opts.gsm8k_limit
-    for rnd in range(1, scored.ROUNDS + 1):
-        needed = stats.needed_questions(_discordance(runs), detect=opts.gsm8k_detect)
+    for rnd in range(1, scoring_phase.ROUNDS + 1):
+        needed = paired.needed_questions(_discordance(runs), detect=opts.gsm8k_detect)
         if needed <= limit or limit >= cap:
             return
         limit = min(needed, cap)
@@ -252,10 +252,10 @@ def _extend_gsm8k(servers: Sequence[Any], runs: Sequence[BuildRun], data: ScoreD
         }  # fmt: skip
         for run, srv in zip(runs, servers, strict=True):
             label = run.build.label
-            run.gsm8k = gsm8k.run_on_server(srv, out / f"gsm8k-{label}-n{limit}", **kw)
+            run.gsm8k = lmeval.run_on_server(srv, out / f"gsm8k-{label}-n{limit}", **kw)
             if run.gsm8k_repeat is not None:
-                run.gsm8k_repeat = gsm8k.run_on_server(srv, out / f"gsm8k-{label}-n{limit}-repeat", **kw)
-        data.gsm8k_divergences = scored.rescore_gsm8k(
+                run.gsm8k_repeat = lmeval.run_on_server(srv, out / f"gsm8k-{label}-n{limit}-repeat", **kw)
+        data.gsm8k_divergences = scoring_phase.rescore_gsm8k(
             servers, (runs[0].build.label, runs[1].build.label), runs[0].gsm8k, runs[1].gsm8k,
             timeout_s=opts.score_timeout_s,
         )  # fmt: skip

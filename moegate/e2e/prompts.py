@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from moegate.core.golden import GOLDEN_DIR, atomic_write
+from moegate.core.golden_files import GOLDEN_DIR, atomic_write
 from moegate.core.hashing import text_sha256
-from moegate.e2e.datasets import DataError
+from moegate.e2e.gsm8k_files import DataError
 
 MAX_PROMPT_BYTES = 1500
 PROMPT_SET = GOLDEN_DIR / "e2e" / "sharegpt-prompts.json"

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from moegate.core.golden import atomic_write
+from moegate.core.golden_files import atomic_write
 from moegate.e2e.verdict import GateResult
 
 if TYPE_CHECKING:
-    from moegate.e2e.data import BuildRun
+    from moegate.e2e.run_data import BuildRun
 
 
 def _cell(text: object) -> str:

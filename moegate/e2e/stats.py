@@ -1,6 +1,6 @@
-"""The e2e tier's statistics: the scored comparison, the near-tie rule, GSM8K's paired test, and sizes.
+"""The e2e tier's statistics: the scored comparison, the near-tie rule, and their sizes (GSM8K's paired test: ``paired``).
 
-Pure functions of numbers (no servers, no files): what ``moegate/e2e/scored.py`` decides
+Pure functions of numbers (no servers, no files): what ``moegate/e2e/scoring_phase.py`` decides
 with. Every constant is derived in ``docs/design/e2e-rules.md`` from the facts measured on the
 H200 in 2026-12; the short form is in each docstring.
 
@@ -50,17 +50,13 @@ TIE_FLOOR = 0.0
 """No tie margin without measured noise: on a build that reproduces itself bit for bit a flip is real."""
 TOP_K = 5
 """vLLM's own logprob comparison in its model tests asks for the top 5."""
-ALPHA_GSM8K = 0.01
-"""GSM8K's family-wise level over its two filters (Bonferroni: 0.005 each)."""
-DETECT_GSM8K = 0.05
-"""The exact_match difference the GSM8K gate promises to detect (5 points) at ``POWER_GSM8K``."""
-POWER_GSM8K = 0.8
 RESAMPLES = 9999
 """Signed-rank null by sign flips: exact while 2^n <= RESAMPLES (n <= 13), else Monte Carlo."""
 SEED = 0
 
 
-def _z(p: float) -> float:
+def normal_quantile(p: float) -> float:
+    """The standard normal's ``p`` quantile (``z``)."""
     from scipy.stats import norm
 
     return float(norm.ppf(p))
@@ -187,7 +183,9 @@ def needed_sequences(
     sigma = float(np.sqrt(np.mean(vals**2)))  # about 0: the null's mean is 0 by symmetry
     if sigma == 0.0:
         return floor
-    n = ((_z(1 - alpha / 2) + _z(power)) * sigma / (detect * tokens_per_sequence)) ** 2 / WILCOXON_MIN_ARE
+    n = (
+        (normal_quantile(1 - alpha / 2) + normal_quantile(power)) * sigma / (detect * tokens_per_sequence)
+    ) ** 2 / WILCOXON_MIN_ARE
     return max(floor, math.ceil(n))
 
 
@@ -360,65 +358,3 @@ def sign_test_greater(k: int, n: int) -> float:
 
 def _fmt(top: Sequence[tuple[int, float]]) -> str:
     return ", ".join(f"{t}: {lp:.4f}" for t, lp in top)
-
-
-# --- GSM8K ---------------------------------------------------------------------------------
-
-
-@dataclass
-class McNemar:
-    """One filter's exact paired test over questions: A right and B wrong (``a_only``) against the reverse."""
-
-    a_only: list[int]
-    b_only: list[int]
-    questions: int
-
-    @property
-    def discordant(self) -> int:
-        return len(self.a_only) + len(self.b_only)
-
-    @property
-    def p(self) -> float:
-        from scipy.stats import binomtest
-
-        if not self.discordant:
-            return 1.0
-        return float(binomtest(len(self.a_only), self.discordant, 0.5).pvalue)
-
-
-def mcnemar(a: dict[int, int], b: dict[int, int]) -> McNemar:
-    """``a``, ``b``: doc id -> exact_match (0/1) for the same questions."""
-    if a.keys() != b.keys():
-        raise ValueError("the two runs answered different questions")
-    return McNemar(sorted(d for d in a if a[d] and not b[d]), sorted(d for d in a if b[d] and not a[d]), len(a))
-
-
-def needed_questions(
-    discordance: float, *, detect: float = DETECT_GSM8K, alpha: float = ALPHA_GSM8K / 2, power: float = POWER_GSM8K
-) -> int:
-    """Questions the exact McNemar test needs to find an exact_match difference of ``detect`` with ``power``.
-
-    Connor's (1987) sample size for the paired test of proportions, with the discordance rate
-    ``psi`` (at least ``detect``: a difference of d needs d of the questions discordant):
-    ``n = (z(1-alpha/2) sqrt(psi) + z(power) sqrt(psi - d^2))^2 / d^2``; and never fewer than the exact
-    test's minimum, ``exact_min_n(alpha) / d`` questions (all discordant ones one way).
-    """
-    psi = max(discordance, detect)
-    n = (_z(1 - alpha / 2) * math.sqrt(psi) + _z(power) * math.sqrt(max(psi - detect**2, 0.0))) ** 2 / detect**2
-    return max(math.ceil(n), math.ceil(exact_min_n(alpha) / detect))
-
-
-def detectable_difference(
-    discordance: float, questions: int, *, alpha: float = ALPHA_GSM8K / 2, power: float = POWER_GSM8K
-) -> float:
-    """The smallest exact_match difference ``needed_questions`` says ``questions`` resolve (bisection)."""
-    lo, hi = 1e-4, 1.0
-    if needed_questions(discordance, detect=hi, alpha=alpha, power=power) > questions:
-        return math.inf
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if needed_questions(discordance, detect=mid, alpha=alpha, power=power) <= questions:
-            hi = mid
-        else:
-            lo = mid
-    return hi

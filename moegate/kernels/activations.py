@@ -27,7 +27,7 @@ Where the limits come from: vLLM's layer hands ``swiglu_limit``, ``swiglu_alpha`
 ``swiglustep`` are called without parameters and use 7.0 and 1.702, the defaults of
 vLLM's own SwiGLU-OAI and SwiGLU-step activations (the gpt-oss values).
 
-``SENSITIVITY`` is what the tolerance rule needs from each (``moegate.kernels.reference``).
+``SENSITIVITY`` is what the tolerance rule needs from each (``moegate.kernels.tolerance``).
 
 ``apply(h, act, without=...)`` leaves out the named parts of the definition (``CONDITIONS``): the
 reach report (``moegate.kernels.conditions``) asks whether a case's result would differ without
@@ -91,7 +91,7 @@ def conditions(act: Activation) -> tuple[str, ...]:
 SENSITIVITY: dict[str, int] = {"relu2_no_mul": 1, "swigluoai": 1, "swigluoai_uninterleave": 1}
 """Extra roundings the tolerance counts for an activation (0 when absent).
 
-The rule (``moegate.kernels.reference``) bounds the effect of rounding the first
+The rule (``moegate.kernels.tolerance``) bounds the effect of rounding the first
 product's output ``h`` by ``u`` relative to the activation's value. That holds when the
 activation is 1-Lipschitz in the relative sense: silu, gelu, the clamps (which never
 amplify a change) and SiTU's tanh and sigmoid. Two kinds of activation break it by a

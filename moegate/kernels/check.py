@@ -17,8 +17,9 @@ import torch
 from moegate.core.case import MoECase
 from moegate.core.tensors import CaseTensors, torch_dtype
 from moegate.kernels.inputs import WeightBank
-from moegate.kernels.reference import Closeness, Reference, compare, compare_fp8, reference_moe
+from moegate.kernels.reference import Reference, reference_moe
 from moegate.kernels.systematic import Sample, sample_of
+from moegate.kernels.tolerance import Closeness, compare, compare_fp8
 
 
 @dataclass

@@ -33,7 +33,8 @@ from moegate.core.index_width import INT32_LIMIT, kernel_extent, row_width
 from moegate.core.tensors import CaseTensors, torch_dtype
 from moegate.kernels import activations
 from moegate.kernels import reference as ref_mod
-from moegate.kernels.reference import Reference, compare, reference_moe
+from moegate.kernels.reference import Reference, reference_moe
+from moegate.kernels.tolerance import compare
 
 INDEX_BOUNDARY = "64-bit row index"
 CONDITIONS: tuple[str, ...] = (*activations.CONDITIONS, *ref_mod.LAYER_CONDITIONS, INDEX_BOUNDARY)

@@ -13,7 +13,7 @@ Here both outputs are compared with that one reference and judged (``moegate.ker
 the nondeterministic paths, the paired tests and their false-FAIL rate).
 
 ``--runs R`` judges R runs in one start-up (seeds S, S+1, ...), each on its own cases, for measuring the
-tier's false-FAIL rate and power (``tools/gpu/diff.sh``); no run starts once the last one's time would pass
+tier's false-FAIL rate and power (``lab/gpu/diff.sh``); no run starts once the last one's time would pass
 ``--budget-s``, and a worker runs no case past it (a run cut short is judged on what it paired, and is not a PASS
 when that is less than half of what it drew). Every run is judged under both promises (the JSON has both); the
 exit status and the printed verdict are ``--promise``'s.
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core.case import ENTRYPOINTS, MoECase
-from moegate.core.golden import atomic_write
+from moegate.core.golden_files import atomic_write
 from moegate.kernels.differential import MIN_RATIO, PROMISES, NotComparable, Outcome, Verdict, judge, outcome
 from moegate.kernels.interpreters import InterpreterError
 from moegate.kernels.paired import ALPHA
@@ -350,7 +350,3 @@ def main(argv: list[str] | None = None) -> int:
     if len(verdicts) > 1:
         say(f"{len(verdicts) - failed} of {len(verdicts)} runs PASS under {opts.promise}")
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

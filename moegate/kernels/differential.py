@@ -49,7 +49,8 @@ from moegate.core.tensors import CaseTensors, torch_dtype
 from moegate.kernels import activations
 from moegate.kernels.check import reference_for
 from moegate.kernels.paired import ALPHA, SignTest, judge_groups
-from moegate.kernels.reference import OPERAND_ROUNDINGS, ROUNDINGS, Reference, tolerance
+from moegate.kernels.reference import Reference
+from moegate.kernels.tolerance import OPERAND_ROUNDINGS, ROUNDINGS, tolerance
 
 PROMISES = ("identical", "equivalent")
 
@@ -210,7 +211,7 @@ class Fingerprints:
         self._seen: dict[tuple[int, int, tuple[int, ...], str], bytes] = {}
 
     def _cached(self, t: torch.Tensor) -> bytes:
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), str(t.dtype))
+        key = (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape), str(t.dtype))
         if key not in self._seen:
             self._seen[key] = bytes_sha256([_bytes(t, sample=True)]).encode()
         return self._seen[key]

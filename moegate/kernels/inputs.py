@@ -35,8 +35,8 @@ import torch
 
 from moegate.core.case import MoECase, Quant
 from moegate.core.tensors import CaseTensors, bias_shapes, routing_tensors, scale_shapes, torch_dtype, weight_shapes
+from moegate.dispatch.names import UVA_MARKER  # a leaf of names: this module imports no vLLM
 from moegate.kernels.activations import input_gain, token_gains
-from moegate.vllm.names import UVA_MARKER  # a leaf of names: this module imports no vLLM
 
 # standard deviation of (stored value - zero point) for uniformly drawn storage
 _Q_STD = {("int8_w8a16", False): 73.6, ("int8_w8a16", True): 73.9, ("int4_w4a16", True): 4.61}

@@ -1,6 +1,6 @@
 """Worker processes in another interpreter: a build's, spawned by this process for the differential kernel tier.
 
-A build is an interpreter (``moegate.vllm.planted``): its own site-packages, its vLLM, perhaps a planted bug
+A build is an interpreter (``moegate.builds.planted``): its own site-packages, its vLLM, perhaps a planted bug
 imported at its start. The differential tier runs one pool of kernel workers (``moegate.kernels.workers``) in
 the base's interpreter and one in the PR's, fed by one parent. Python's ``multiprocessing`` can spawn a child
 in another executable (``set_executable``), but it hands the child the parent's ``sys.path`` and ``__main__``,

@@ -33,10 +33,10 @@ class VllmRunner:
     def __init__(self) -> None:
         import torch
 
+        from moegate.dispatch.environment import describe_environment  # imports torch at its top
+        from moegate.dispatch.target import VllmTarget  # imports torch at its top
         from moegate.kernels.check import run_checked  # imports torch at its top
         from moegate.kernels.inputs import WeightBank  # imports torch at its top
-        from moegate.vllm.environment import describe_environment  # imports torch at its top
-        from moegate.vllm.target import VllmTarget  # imports torch at its top
 
         self._torch, self._run_checked = torch, run_checked
         self.target = VllmTarget()

@@ -41,14 +41,14 @@ from hypothesis import strategies as st
 
 from moegate.core import progress
 from moegate.core.case import ENTRYPOINTS, MoECase
-from moegate.core.golden import atomic_write
+from moegate.core.golden_files import atomic_write
+from moegate.dispatch import names  # a leaf: no vLLM import
 from moegate.kernels.resources import auto_workers, cache_entries, triton_cache_dir
 from moegate.kernels.runner import VllmRunner
 from moegate.kernels.systematic import summarise
 from moegate.kernels.tally import Pass, profile_line
 from moegate.kernels.workers import Options, Pool, WorkerFailed
 from moegate.strategies.kernels import kernel_cases
-from moegate.vllm import names  # a leaf: no vLLM import
 
 PREFIX = "bench_kernels"
 GIB = 2**30

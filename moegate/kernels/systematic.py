@@ -1,6 +1,6 @@
 """The kernel tier's aggregate check: a small relative error common to every output of a run.
 
-The elementwise rule of ``moegate.kernels.reference`` bounds the worst element, so a
+The elementwise rule of ``moegate.kernels.tolerance`` bounds the worst element, so a
 kernel that makes every output 0.2 % too large passes it (bfloat16 allows about
 3 % of ``A + rms A`` per element). Rounding errors of a correct kernel are close
 to unbiased, so such an error shows in a statistic over all elements of a case,
@@ -47,8 +47,9 @@ import torch.nn.functional as F
 from moegate.core.activation import Activation
 from moegate.core.case import MoECase
 from moegate.core.tensors import VECTOR_ROUTING_TOKENS, CaseTensors, torch_dtype
-from moegate.kernels.reference import UNIT_ROUNDOFF, check_ids, dequantize
+from moegate.kernels.reference import check_ids, dequantize
 from moegate.kernels.student_t import t_critical
+from moegate.kernels.tolerance import UNIT_ROUNDOFF
 
 ALPHA = 1e-3
 """Family-wise false-alarm rate of one run (a pytest session or one sweep), split over its groups (Bonferroni)."""

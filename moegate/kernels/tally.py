@@ -13,8 +13,8 @@ from moegate.core.case import MoECase
 from moegate.core.spec import expected_path
 from moegate.core.tensors import torch_dtype
 from moegate.kernels.check import KernelResult
-from moegate.kernels.reference import rounding_count
 from moegate.kernels.systematic import Sample
+from moegate.kernels.tolerance import rounding_count
 
 PATH_MISMATCHES_KEPT = 20  # a wrong rule mismatches hundreds of cases; the first ones say it
 

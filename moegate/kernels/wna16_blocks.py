@@ -7,7 +7,7 @@ group size in 1, 2, 4, 8, and picks BLOCK_SIZE_K by a heuristic that does not
 keep to that (the kernel-tier benchmark crashed vLLM on an H200 with group size 32
 at the Qwen3-30B-A3B shape). The dispatch tier asks the installed vLLM's heuristic
 over this space (``tests/dispatch/test_kernel_configs.py``); the probe
-``tools/gpu/probes/wna16_block_k.py`` reports it and runs the smallest point.
+``lab/gpu/probes/wna16_block_k.py`` reports it and runs the smallest point.
 """
 
 from __future__ import annotations

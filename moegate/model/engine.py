@@ -5,9 +5,9 @@ placed by vLLM's real loader (UVA offload of the expert parameters, then
 ``process_weights_after_loading`` inside its loading context), and the real
 FusedMoE layer runs real forwards. This module imports no vLLM: the public API
 it uses (``LLM``, ``SamplingParams``, ``EngineArgs`` for the kwarg check,
-``LLM.apply_model``) comes through ``moegate.vllm.offline``, and what it needs
+``LLM.apply_model``) comes through ``moegate.dispatch.offline``, and what it needs
 from vLLM's internals — the marker name and the kernel-launch recorders — from
-``moegate.vllm.names`` and ``moegate.vllm.target``.
+``moegate.dispatch.names`` and ``moegate.dispatch.target``.
 
     python -m moegate.model.engine --model DIR --scenario NAME --json OUT [--no-trace]
 
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moegate.core.golden import atomic_write
+from moegate.core.golden_files import atomic_write
+from moegate.dispatch import offline
+from moegate.dispatch.names import UVA_MARKER
 from moegate.model.tiny_spec import TinyMoESpec
-from moegate.vllm import offline
-from moegate.vllm.names import UVA_MARKER
 
 GIB = 1 << 30
 
@@ -191,7 +191,7 @@ def run_scenario(
     if trace:
         # After the engine is built: the recorders stop any call made outside a trace,
         # and the engine's start-up (profile and warm-up runs) must not be stopped.
-        from moegate.vllm.target import VllmTarget  # imports torch at its top: the module imports without it
+        from moegate.dispatch.target import VllmTarget  # imports torch at its top: the module imports without it
 
         target = VllmTarget(finish=True)
     sampling = offline.greedy_sampling(max_tokens)

@@ -30,7 +30,7 @@ order, the first ``n`` that qualify after ``skip``, so a fit and its check can u
 
 **The target file** (``measure``, written atomically; ``read_target`` checks it):
 
-    python -m moegate.model.text_routing MODEL --sharegpt-json FILE --out TARGET.json [--sequences 256]
+    python -m moegate text-routing MODEL --sharegpt-json FILE --out TARGET.json [--sequences 256]
 
 records per layer the inclusion frequency of every expert and the measured pairs per unique
 expert at 1, 2, 3, 4 and 8 tokens, on the fit texts and on as many held-out texts (their gap is
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moegate.core.golden import atomic_write
+from moegate.core.golden_files import atomic_write
 from moegate.core.hashing import model_hash, sha256_file
 from moegate.model.checkpoint import load_model, load_tokenizer
 
@@ -322,7 +322,7 @@ def text_record(sharegpt: Path, fit: Sequence[TextSequence], held: Sequence[Text
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m moegate.model.text_routing", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="moegate text-routing", description=__doc__.splitlines()[0])
     ap.add_argument("model", type=Path, help="a built model folder (the trained one: models/e2e-trained)")
     ap.add_argument("--sharegpt-json", type=Path, required=True, help="python -m moegate.e2e prompts --sharegpt-json")
     ap.add_argument("--out", type=Path, required=True, help="the target file to write")
@@ -350,7 +350,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.out}: pairs per unique expert " + ", ".join(f"{fit[str(c)]:.3f} at {c}" for c in LEVELS))
     print("  held-out texts: " + ", ".join(f"{held[str(c)]:.3f} at {c}" for c in LEVELS))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

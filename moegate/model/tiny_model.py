@@ -172,7 +172,7 @@ def _flag(text: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m moegate.model.tiny_model", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="moegate tiny-model", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default")

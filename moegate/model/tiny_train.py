@@ -328,7 +328,7 @@ def curve_table(record: dict[str, Any], every: int = 25) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the trained model's directory after checking it (or another's, its curve, two runs' comparison)."""
-    parser = argparse.ArgumentParser(prog="python -m moegate.model.tiny_train", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="moegate train-tiny", description=main.__doc__)
     parser.add_argument("--check", metavar="DIR", default=None, help="check this directory instead")
     parser.add_argument("--curve", metavar="DIR", default=None, help="print DIR's loss curve (Markdown)")
     parser.add_argument("--every", type=int, default=25, help="the curve's row spacing in steps")
@@ -349,7 +349,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"moegate.model.tiny_train: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -6,11 +6,11 @@
 The engine loads the checkpoint with ``offload_backend="uva", cpu_offload_gb=G,
 cpu_offload_params={SEGMENTS}`` (``--budget-gb 0``: no offload, the control), generates a few
 greedy tokens (the engine serves with the weights where they are), then inside its worker
-``moegate.vllm.residency.observe`` asks the CUDA driver where every parameter lives and
-``calibrate_pinned`` measures the pinned allocator's rounding. ``moegate.vllm.offload_truth.judge``
+``moegate.offload.residency.observe`` asks the CUDA driver where every parameter lives and
+``calibrate_pinned`` measures the pinned allocator's rounding. ``moegate.offload.verdict.judge``
 gives the verdict; the JSON holds it with the observation it rests on. The exit code says whether
 the run completed (0), not the verdict: the plan (``moegate.offload.plan``) compares verdicts
-with expectations. Needs CUDA. Imports no vLLM itself: the engine comes through ``moegate.vllm.offline``.
+with expectations. Needs CUDA. Imports no vLLM itself: the engine comes through ``moegate.dispatch.offline``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from moegate.core.golden import atomic_write
+from moegate.core.golden_files import atomic_write
+from moegate.dispatch import offline
 from moegate.model.tiny_spec import TinyMoESpec
-from moegate.vllm import offline, residency
-from moegate.vllm.offload_truth import Budget, judge, to_json
+from moegate.offload import residency
+from moegate.offload.verdict import Budget, judge, to_json
 
 ENGINE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1"}
 GPU_MEMORY_UTILIZATION = 0.05

@@ -3,10 +3,10 @@
     moegate offload-truth --python PY [--site DIR]... --out DIR [--only NAME]... [--timeout S]
     nox -s offload-truth -- --vllm-python=PY            (the same, the PR build's Python, into reports/offload-truth)
 
-On a CUDA GPU (this module is ``python -m moegate.offload.plan`` too): builds the default tiny Qwen3-MoE (128 experts,
+On a CUDA GPU: builds the default tiny Qwen3-MoE (128 experts,
 top-8, hidden 256, expert width 128: every width a multiple of 128, and 1-4 decode tokens in the naive
 region), writes it pre-quantized in each scheme (``moegate.model.quantize``), makes the builds
-(``moegate.vllm.planted``: the clean one and the planted offload bugs) from ``PY`` and the ``--site``
+(``moegate.builds.planted``: the clean one and the planted offload bugs) from ``PY`` and the ``--site``
 directories, and starts one ``python -m moegate.offload.engine`` per run of ``RUNS``, all at
 once (a fixed KV cache each, so no start profiles memory while another allocates). Writes
 ``offload-truth.json`` and ``offload-truth.md`` (``moegate.offload.report``) and each run's JSON
@@ -31,13 +31,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from moegate.builds.planted import BuildError, make_build
 from moegate.model.quantize import quantize_checkpoint
 from moegate.model.tiny_model import build
 from moegate.model.tiny_spec import TinyMoESpec
 from moegate.offload import report as offload_report
 from moegate.paths import ROOT
 from moegate.serve.processes import stop_tree
-from moegate.vllm.planted import BuildError, make_build
 
 GIB = 1 << 30
 AMPLE_GB = 64.0
@@ -53,7 +53,7 @@ class Run:
     budget: str  # "ample" (every expert weight), "one-w13" (layer 0's w13 exactly), "none" (no offload)
     expect: str  # "PASS", "FAIL" or "measure"
     why: str
-    bug: str | None = None  # a moegate.vllm.planted bug spec
+    bug: str | None = None  # a moegate.builds.planted bug spec
     rules: tuple[str, ...] = ()  # with FAIL: the rules the findings must include
 
     @property
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"moegate.offload.plan: {exc}", file=sys.stderr)
         return 2
     results = execute(runs, models, builds, spec, args.out, args.timeout)
-    command = "python -m moegate.offload.plan " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m moegate offload-truth " + " ".join(argv if argv is not None else sys.argv[1:])
     doc = {
         "command": command,
         "prepare_s": round(prepared_s, 1),
@@ -207,7 +207,3 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "offload-truth.md").write_text(page)
     print(page)
     return 0 if all(r["met"] for r in results) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

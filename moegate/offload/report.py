@@ -71,8 +71,8 @@ def render(doc: Mapping[str, Any]) -> str:
             f"{spec.get('experts')} experts, top-{spec.get('top_k')}, expert width {spec.get('moe_intermediate')}; bf16 "
             "or written pre-quantized by `moegate.model.quantize`. Each run: one offline engine (`--offload-backend "
             "uva --cpu-offload-params experts`, `--cpu-offload-gb` per the budget column), a few greedy tokens, then "
-            "the CUDA driver asked where every parameter's pointer points (`moegate.vllm.residency`), judged by "
-            "`moegate.vllm.offload_truth`."
+            "the CUDA driver asked where every parameter's pointer points (`moegate.offload.residency`), judged by "
+            "`moegate.offload.verdict`."
         ),
         "",
         (

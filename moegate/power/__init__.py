@@ -9,8 +9,8 @@ written: mutants live in a throw-away overlay, and ``tests/unit/power/test_overl
 proves the installed files are unchanged after a run killed mid-mutant.
 
 vLLM is text here: the harness parses and copies its files and never imports it
-(``moegate.vllm`` is the only package that drives vLLM); the names it looks for
-come from ``moegate.vllm.names``.
+(``moegate.dispatch`` drives vLLM's dispatch); the names it looks for
+come from ``moegate.dispatch.names``.
 
 - ``regions``: what to mutate, found in vLLM's source by structure (``ast``).
 - ``overlay``: the throw-away overlay, the frozen copy of the suite, stale work dirs.

@@ -9,8 +9,8 @@ and must differ from the original.
 
 A bug is planted into a throw-away overlay (``mirror``: the package's directory tree made of real
 directories, each file a symlink to the installed one, the edited files real copies) that goes first
-on a build's path (``moegate.vllm.planted.make_build``); the installed files are only read. Real
-directories, not symlinked ones, because the census (``moegate.vllm.census``) walks the package with
+on a build's path (``moegate.builds.planted.make_build``); the installed files are only read. Real
+directories, not symlinked ones, because the census (``moegate.census``) walks the package with
 ``rglob``, which does not descend into a symlinked directory; the baseline is the same mirror without
 an edit, so whatever the mirror itself changes shows in the baseline. vLLM is text here, never
 imported.

@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from moegate.builds.planted import BuildError, make_build
 from moegate.power.corpus import CORPUS, CorpusError, load, replant, select
 from moegate.power.corpus_report import load_summary, passed, render
 from moegate.power.corpus_run import Plan, run
 from moegate.power.errors import PowerError
 from moegate.power.run import probe_package_dir
-from moegate.vllm.planted import BuildError, make_build
 
 TIERS = ("dispatch", "dispatch,kernels")
 

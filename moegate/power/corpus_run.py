@@ -2,7 +2,7 @@
 
 For every bug (and first for the unplanted build, the baseline, which must pass or no score means
 anything) this makes an overlay with the bug re-planted (``moegate.power.corpus.plant``; the baseline's
-overlay is the same mirror without an edit), a build that sees it first (``moegate.vllm.planted.make_build``: the interpreter, then ``--site`` directories such
+overlay is the same mirror without an edit), a build that sees it first (``moegate.builds.planted.make_build``: the interpreter, then ``--site`` directories such
 as the GPU machine's unpacked vLLM), checks the build imports vLLM from the overlay, and runs
 
     BUILD -m moegate gate --vllm-python BUILD --tiers TIERS --junit OUT/ID/gate.xml -- -p moegate.power.corpus_stop
@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from moegate.builds.planted import BuildError, make_build
 from moegate.core.hashing import sha256_file
 from moegate.paths import ROOT
 from moegate.power.corpus import CORPUS, Bug, CorpusError, plant
@@ -41,7 +42,6 @@ from moegate.power.corpus_stop import is_review, junit_nodeid
 from moegate.power.overlay import clean_stale_workdirs, make_workdir
 from moegate.power.run import probe_package_dir
 from moegate.serve.processes import stop_group
-from moegate.vllm.planted import BuildError, make_build
 
 BASELINE = "baseline"
 STOP_PLUGIN = "moegate.power.corpus_stop"

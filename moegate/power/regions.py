@@ -16,7 +16,7 @@ What is mutated, and only that, in groups (``GROUPS``, chosen with ``--regions``
 
 Regions are found by parsing vLLM's source (``ast``), never by line numbers, so a new release is
 re-targeted automatically or refused with one error that names what was looked for. vLLM is text
-here, never imported; its names come from ``moegate.vllm.names``.
+here, never imported; its names come from ``moegate.dispatch.names``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from moegate.dispatch import names
 from moegate.power.errors import TargetNotFound
-from moegate.vllm import names
 
 FUSED_MOE = names.package_file(names.FUSED_MOE)  # model_executor/layers/fused_moe/fused_moe.py
 TRITON_MOE = names.package_file(names.TRITON_MOE)

@@ -3,7 +3,7 @@
 The installed files are only ever read: they are hashed before and after, and a
 changed hash fails the run however it ends. The suite the mutants run against is
 a frozen copy, taken when the run starts. Every test run uses a *build*: a venv made
-from ``--vllm-python`` (``moegate.vllm.planted.make_build``) whose path puts the overlay
+from ``--vllm-python`` (``moegate.builds.planted.make_build``) whose path puts the overlay
 and the frozen suite first, then that interpreter's own path, so every process of a
 test run (the ones it starts with ``sys.executable`` too) imports the mutant and the
 frozen suite; ``{python}`` in a test command stands for it. Each stage says how far it is
@@ -26,8 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from moegate.builds.planted import BuildError, make_build
 from moegate.core import progress
 from moegate.core.hashing import sha256_file
+from moegate.dispatch import names
 from moegate.paths import EQUIVALENT_MUTANTS, ROOT
 from moegate.power import reach, summary_line
 from moegate.power.driver import collect, keep_only, mark_skipped, require_tool, run_tool, select, tally
@@ -35,8 +37,6 @@ from moegate.power.errors import PowerError
 from moegate.power.outcome import BUILD_PYTHON, Mutant, Outcome, load_equivalents, score
 from moegate.power.overlay import build_overlay, clean_stale_workdirs, make_workdir, snapshot_suite
 from moegate.power.regions import REGIONS, Region, RegionSpec, find_regions
-from moegate.vllm import names
-from moegate.vllm.planted import BuildError, make_build
 
 EQUIVALENTS_FILE = EQUIVALENT_MUTANTS
 PLUGIN = "moegate.power.plugin"  # loaded into each mutant's test run with -p

@@ -1,7 +1,7 @@
 """One power report from the shards of one run (``--shard K/N`` runs side by side, each with its ``power.json``).
 
 A group's mutants split into N shards fit one device call each, or run side by side on one GPU
-(``tools/gpu/offload_runs.sh power-all``). Each shard writes its own report; this joins them into the
+(``lab/gpu/offload_runs.sh power-all``). Each shard writes its own report; this joins them into the
 group's report, the same page and JSON a single run writes. It refuses, in one line and writing nothing,
 shards that are not of one run: another vLLM (version or installed files), another test command, group
 or frozen suite, another N, a shard given twice or a mutant in two shards. A missing shard is reported

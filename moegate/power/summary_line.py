@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from moegate.vllm import names
+from moegate.dispatch import names
 
 MARK = "MOEGATE-POWER"
 

@@ -2,7 +2,7 @@
 
     python -m moegate.reach run [--tiers dispatch[,kernels]] [--out DIR] [--vllm-root DIR] [-- PYTEST_ARGS]
         the tiers under coverage.py, with the vLLM environment's Python (coverage.py installed in it):
-        OUT/reach-<tiers>-<device>-<vllm>.json (docs/design/reach.md; nox -s reach; tools/gpu/reach.sh on a GPU)
+        OUT/reach-<tiers>-<device>-<vllm>.json (docs/design/reach.md; nox -s reach; lab/gpu/reach.sh on a GPU)
     python -m moegate.reach report [RECORD.json ...] [--out DIR] [--check]
         the report from measured records (default: results/reach/*.json): results/reach.md and reach.json
 
@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from moegate.census import census
 from moegate.paths import REPORTS_DIR, RESULTS_DIR
 from moegate.reach import branches, evaluate, reasons, report
+from moegate.reach.layout import LayoutError, read
 from moegate.reach.run import ReachError, measure, parse_tiers
-from moegate.vllm.census import census
-from moegate.vllm.layout import LayoutError, read
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -2,7 +2,7 @@
 
 ``coverage json`` (format 3, coverage.py 7.x, branch coverage on) lists per file and per function the
 executed and missing lines and branches; a branch is an arc ``[from, to]`` between lines (a negative
-``to`` leaves the function). ``reduce`` keeps the functions ``moegate.vllm.layout`` measures, names
+``to`` leaves the function). ``reduce`` keeps the functions ``moegate.reach.layout`` measures, names
 each ``FILE::QUALNAME`` (the file relative to the ``vllm`` folder, module-level code as ``<module>``),
 and records per function:
 
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from moegate.vllm.layout import MODULE, Layout
+from moegate.reach.layout import MODULE, Layout
 
 Functions = dict[str, dict[str, Any]]
 

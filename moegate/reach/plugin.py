@@ -2,7 +2,7 @@
 
 Loaded with ``-p moegate.reach.plugin`` by ``python -m moegate.reach run`` only (never in CI): when
 ``MOEGATE_REACH_OUT`` names a folder, it records for the whole session every Triton kernel variant
-compiled in this process (``moegate.vllm.specialisations.record``) and, for every kernel-tier call
+compiled in this process (``moegate.reach.specialisations.record``) and, for every kernel-tier call
 checked against the reference, which conditions mattered (``moegate.kernels.conditions.Tally``, as a
 ``moegate.kernels.check.OBSERVERS`` entry). At the end it writes ``session.json`` there: the device,
 the Triton release, both records and any error met while recording.
@@ -17,8 +17,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from moegate.vllm import layout
-from moegate.vllm.specialisations import record
+from moegate.reach import layout
+from moegate.reach.specialisations import record
 
 ENV = "MOEGATE_REACH_OUT"
 SESSION = "session.json"

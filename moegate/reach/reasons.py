@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.paths import ROOT
-from moegate.vllm.layout import matches
+from moegate.reach.layout import matches
 
 REASONS = ROOT / "reach" / "reasons.toml"
 KINDS = {

@@ -51,7 +51,7 @@ def _verdict(ev: Evaluation) -> list[str]:
         )
     if ev.pending:
         lines += ["", f"**Not measured**: {len(ev.pending)} requirements of the kernel tier (`not measured` below): "]
-        lines[-1] += "`tools/gpu/reach.sh` measures them on a GPU, then the command above folds its record in."
+        lines[-1] += "`lab/gpu/reach.sh` measures them on a GPU, then the command above folds its record in."
     if not ev.complete:
         lines += ["", "Until every tier is measured, branches are judged in the decision's functions only: "]
         lines[-1] += "the rest of a reached function may be the kernel tier's to run."
@@ -145,7 +145,7 @@ def render_markdown(ev: Evaluation, census: str) -> str:
         (
             f"Regenerate: `{COMMAND}` (reads the measured records in `results/reach/`, the census `{census}` and the "
             "reviewed reasons `reach/reasons.toml`; docs/design/reach.md). Measured by `python -m moegate.reach run` "
-            "(`nox -s reach`; on a GPU `tools/gpu/reach.sh`)."
+            "(`nox -s reach`; on a GPU `lab/gpu/reach.sh`)."
         ),
         "",
         "| record | tiers | device | profile | Triton | coverage.py | pytest exit | seconds |",

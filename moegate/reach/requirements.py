@@ -26,12 +26,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from moegate.census.syntax import is_expr
 from moegate.core.activation import PARAMETERS, Activation
 from moegate.kernels.activations import conditions as activation_conditions
 from moegate.kernels.conditions import INDEX_BOUNDARY
 from moegate.kernels.reference import EXPERT_MAP, K_TAIL, ON_INPUT, W2_BIAS, W13_BIAS, ZERO_POINT
-from moegate.vllm.census.syntax import is_expr
-from moegate.vllm.layout import PACKAGE
+from moegate.reach.layout import PACKAGE
 
 Kind = Literal["function", "specialisation", "condition"]
 Tier = Literal["dispatch", "kernels"]

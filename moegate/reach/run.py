@@ -3,7 +3,7 @@
 Run with the vLLM environment's Python, which must also have coverage.py (``nox -s reach`` makes such
 a build: the vLLM environment's interpreter with coverage beside it). In order:
 
-1. the layout: ``moegate.vllm.layout.read`` refuses a vLLM whose fused-MoE layout the report does not
+1. the layout: ``moegate.reach.layout.read`` refuses a vLLM whose fused-MoE layout the report does not
    know (one line naming the missing module; exit 2, nothing run or written);
 2. the tiers: ``python -m coverage run --branch`` of ``pytest tests/dispatch [tests/kernels]`` from the
    checkout's root, under the ``ci`` profile unless ``MOEGATE_PROFILE`` says otherwise, with
@@ -36,8 +36,8 @@ from typing import Any
 
 from moegate.paths import ROOT
 from moegate.reach import branches
+from moegate.reach.layout import Layout
 from moegate.reach.plugin import ENV, SESSION
-from moegate.vllm.layout import Layout
 
 TIERS = ("dispatch", "kernels")
 FORMAT = 1

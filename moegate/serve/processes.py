@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from moegate.vllm.names import API_SERVER
+from moegate.dispatch.names import API_SERVER
 
 
 def pid_alive(pid: int) -> bool:

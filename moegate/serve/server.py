@@ -28,9 +28,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from moegate.dispatch.names import API_SERVER as SERVER_MODULE
 from moegate.serve.build import Build
 from moegate.serve.processes import group_alive, group_members, stop_group
-from moegate.vllm.names import API_SERVER as SERVER_MODULE
 
 QUIET_ENV = {
     # nothing may be fetched at run time, and nothing phoned home

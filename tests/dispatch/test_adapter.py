@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from moegate.core.case import ENTRYPOINTS, ExpertMap, MoECase
-from moegate.vllm.names import TargetError
-from moegate.vllm.recorders import RECORDERS
-from moegate.vllm.target import VllmTarget
+from moegate.dispatch.names import TargetError
+from moegate.dispatch.recorders import RECORDERS
+from moegate.dispatch.target import VllmTarget
 
 
 def test_targets_share_recorders_and_the_last_close_restores_vllm(target):

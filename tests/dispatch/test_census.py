@@ -1,9 +1,9 @@
-"""The census of the installed vLLM (``moegate.vllm.census``) against the reviewed goldens.
+"""The census of the installed vLLM (``moegate.census``) against the reviewed goldens.
 
 The first test holds the whole census of a release to that release's golden: a new
 model class, a changed MoE layer or tuned config, a new or changed dispatch site
 fails until someone reviews the diff and blesses it
-(``python -m moegate.vllm.census --bless``, or this test with ``--bless``). A
+(``python -m moegate.census --bless``, or this test with ``--bless``). A
 build with no golden of its own (a pull request's) skips it; the second test still
 holds its dispatch sites to the newest reviewed release's: a new caller of the
 decision or of the alignment, or a caller whose call changed, fails there until
@@ -17,9 +17,9 @@ import json
 
 import pytest
 
-from moegate.core import golden
-from moegate.vllm.census import census, sites
-from moegate.vllm.census.source import locate
+from moegate.census import census, sites
+from moegate.census.source import locate
+from moegate.core import golden_files
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def _hold(version: str, taken: census.Census, bless: bool = False) -> None:
                 + "\n".join(("- " if d in want else "+ ") + d for d in diff[:40])
             )
             return
-    golden.check(census.golden_name(version), census.render(taken), bless=bless, hint=census.BLESS)
+    golden_files.check(census.golden_name(version), census.render(taken), bless=bless, hint=census.BLESS)
 
 
 def test_beside_another_transformers_everything_but_its_values_is_still_held(installed):
@@ -96,7 +96,7 @@ def test_dispatch_sites_are_the_reviewed_ones(installed):
     assert not problems, (
         f"vLLM {version}'s dispatch sites differ from those reviewed for vLLM {ref_version} ({path}):\n"
         + "\n".join(problems)
-        + f"\nreview each under docs/spec.md (moegate/vllm/census/reviewed.py for exceptions), then `{census.BLESS}`"
+        + f"\nreview each under docs/spec.md (moegate/census/reviewed.py for exceptions), then `{census.BLESS}`"
     )
     unsettled = [census.site_key(r) for r in taken.of("site") if r["rule"] not in sites.ACCEPTED]
     if version != ref_version:

@@ -1,7 +1,7 @@
 """A vLLM the census cannot read: one line naming what it looked for and where, exit 2, nothing written.
 
 Each test mutilates a copy of the installed vLLM's source the way a release could
-break the census, runs ``python -m moegate.vllm.census --out FILE`` on it in-process,
+break the census, runs ``python -m moegate.census --out FILE`` on it in-process,
 and puts the copy back. The copy is a tree of real folders whose ``.py`` and tuned-config
 files are symbolic links to the installed ones (a second; copying 4,000 files takes
 ten), and a file is made a real file of its own before it is changed, so nothing is
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from moegate.vllm.census import __main__ as cli
-from moegate.vllm.census import census
-from moegate.vllm.census.builders import LAYER_MODULE
-from moegate.vllm.census.sites import DECISION, DEFINED_IN
-from moegate.vllm.census.source import locate
-from moegate.vllm.census.tuned import CONFIGS_DIR
+from moegate.census import __main__ as cli
+from moegate.census import census
+from moegate.census.builders import LAYER_MODULE
+from moegate.census.sites import DECISION, DEFINED_IN
+from moegate.census.source import locate
+from moegate.census.tuned import CONFIGS_DIR
 
 
 @pytest.fixture(scope="module")

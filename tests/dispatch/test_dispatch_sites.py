@@ -21,13 +21,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from moegate.census import census
+from moegate.census.sites import RULE_ALIGNS, RULE_EXCEPTION
+from moegate.census.source import locate
 from moegate.core.case import MoECase, Placement
 from moegate.core.spec import expected_path, experts_counted
+from moegate.dispatch import site_probes
 from moegate.strategies import moe_cases
-from moegate.vllm import site_probes
-from moegate.vllm.census import census
-from moegate.vllm.census.sites import RULE_ALIGNS, RULE_EXCEPTION
-from moegate.vllm.census.source import locate
 from tests.support import ROOT
 
 FM = "model_executor/layers/fused_moe"
@@ -45,7 +45,7 @@ NOT_RUN = {
     ),
     f"{FM}/experts/fused_humming_moe.py::HummingIndexedExperts.prepare_humming_moe_kwargs": (
         "Humming experts are built from a Humming checkpoint's tuned kernel table; both branches align "
-        "(reviewed in moegate/vllm/census/reviewed.py)"
+        "(reviewed in moegate/census/reviewed.py)"
     ),
     f"{FM}/experts/fused_humming_moe.py::HummingIndexedExperts.prepare_humming_moe_kwargs#2": (
         "as above: the re-alignment for w2's block size"

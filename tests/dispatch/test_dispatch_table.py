@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from moegate.core import dispatch_table, golden
+from moegate.core import dispatch_table, golden_files
 from moegate.core.spec import CLAUSES
-from moegate.vllm.environment import describe_environment
+from moegate.dispatch.environment import describe_environment
 
 GOLDEN = "dispatch-table.tsv"
 
@@ -12,7 +12,7 @@ GOLDEN = "dispatch-table.tsv"
 def test_dispatch_table_matches_golden(target, bless):
     text = dispatch_table.render(lambda case, ep: target.run(case, ep).path)
     env = describe_environment()
-    header = golden.provenance_header(
+    header = golden_files.provenance_header(
         {
             "what": "path taken by each fused-MoE entrypoint over moegate.core.dispatch_table.grid()",
             "produced by": "nox -s bless -- dispatch-table.tsv",
@@ -23,4 +23,4 @@ def test_dispatch_table_matches_golden(target, bless):
             **{f"  {name}": text for name, text in CLAUSES.items()},
         }
     )
-    golden.check(GOLDEN, header + text, bless=bless)
+    golden_files.check(GOLDEN, header + text, bless=bless)

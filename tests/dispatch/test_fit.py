@@ -1,10 +1,10 @@
-"""The build under test fits moegate (``moegate.vllm.fit``): every module and name moegate drives is there and the
+"""The build under test fits moegate (``moegate.census.fit``): every module and name moegate drives is there and the
 census reads it. The nightly run against vLLM's main branch asks the same before any case, and reports a build
 where this fails as "moegate no longer fits this vLLM", not as a FAIL (``.github/workflows/vllm-main.yml``)."""
 
 from __future__ import annotations
 
-from moegate.vllm.fit import probe
+from moegate.census.fit import probe
 
 
 def test_the_build_under_test_fits_moegate():

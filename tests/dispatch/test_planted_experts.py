@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from moegate.vllm.planted import PLANT_EXPERTS_SOURCE, parse_bug
+from moegate.builds.planted import PLANT_EXPERTS_SOURCE, parse_bug
 
 MODULAR_KERNEL = "vllm.model_executor.layers.fused_moe.modular_kernel"
 

@@ -23,9 +23,9 @@ pytest.importorskip("safetensors", reason="reading checkpoints needs safetensors
 import torch
 from safetensors.torch import load_file
 
+from moegate.dispatch.names import TargetError
 from moegate.model.quantize import SCHEMES, quantize_checkpoint
 from moegate.model.tiny_model import build
-from moegate.vllm.names import TargetError
 
 SHAPE: dict[str, Any] = {"layers": 1, "hidden": 128, "experts": 8, "top_k": 2, "moe_intermediate": 128, "heads": 2, "kv_heads": 2,
          "head_dim": 64, "vocab": 256}  # fmt: skip
@@ -66,7 +66,7 @@ def checkpoints(target, tmp_path_factory: pytest.TempPathFactory) -> dict[str, P
 
 
 def reading(path: Path):
-    from moegate.vllm.checkpoints import read_quantization_config
+    from moegate.dispatch.checkpoints import read_quantization_config
 
     qc = json.loads((path / "config.json").read_text())["quantization_config"]
     try:
@@ -101,7 +101,7 @@ def test_compressed_tensors_schemes_select_the_moe_method_they_are_written_for(
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_vllm_quantizes_the_experts_and_leaves_the_router_unquantized(checkpoints, scheme):
-    from moegate.vllm.checkpoints import quantized_modules
+    from moegate.dispatch.checkpoints import quantized_modules
 
     _, qc = reading(checkpoints[scheme])
     attention = scheme == "fp8-block"
@@ -115,7 +115,7 @@ def test_vllm_quantizes_the_experts_and_leaves_the_router_unquantized(checkpoint
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_every_expert_tensor_loads_into_a_parameter_the_moe_method_registers(checkpoints, scheme):
-    from moegate.vllm.checkpoints import expert_params
+    from moegate.dispatch.checkpoints import expert_params
 
     names = list(load_file(str(checkpoints[scheme] / "model.safetensors")))
     experts = [n for n in names if ".mlp.experts." in n]

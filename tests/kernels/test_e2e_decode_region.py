@@ -1,7 +1,7 @@
 """The e2e tier's decode-path data reaches the naive region, on both e2e models (issue 29 item 2).
 
 The e2e tier scores the log-probabilities each build decoded along the common prefix of the two builds'
-greedy passes at 1 and at 4 in flight (``moegate/e2e/data.py`` ``decode_pairs``; the rules in
+greedy passes at 1 and at 4 in flight (``moegate/e2e/run_data.py`` ``decode_pairs``; the rules in
 ``moegate/e2e/rules/``). This test traces, as ``test_layer_lifecycle.py`` does, every fused-MoE call of
 vLLM's offline engine serving each e2e model with its experts UVA-offloaded (as the e2e servers on a
 GPU run; resident too with ``MOEGATE_E2E_REGION_SCENARIOS=uva-all,device``), one prompt at a time and four at once (``moegate.model.engine``: ``single`` and

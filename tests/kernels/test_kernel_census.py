@@ -5,7 +5,7 @@ Kept to few Triton variants (the tier runs in minutes from a cold cache): two ce
 shapes (``CENSUS_SHAPES``: gpt-oss-120b at TP4, K 2880 and N 720, neither a multiple of 128; Nemotron-H, N 7688,
 which 16 does not divide),
 biased quantized weights at one existing shape, and one boundary shape. Every
-check is the reference's tolerance rule (``moegate.kernels.reference``), plus the path the
+check is the reference's tolerance rule (``moegate.kernels.tolerance``), plus the path the
 spec requires and, for the toggled placement, bitwise equality of the two paths.
 """
 
@@ -40,7 +40,7 @@ def test_census_activations_biases_and_shapes_match_the_reference(cuda_target, b
     case = data.draw(census_kernel_cases(entrypoint), label="case")
     result = run_checked(cuda_target, bank, case, entrypoint)
     assert result.path == expected_path(case, entrypoint).path.value, result.describe()
-    assert result.closeness.ok, "output outside the tolerance of moegate.kernels.reference:\n" + result.describe()
+    assert result.closeness.ok, "output outside the tolerance of moegate.kernels.tolerance:\n" + result.describe()
 
 
 @entrypoints

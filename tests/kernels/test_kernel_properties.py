@@ -33,7 +33,7 @@ def test_output_matches_reference(cuda_target, bank, warm, entrypoint, data):
     """Every placement, expert maps, wNa16 and fp8 weights (where supported): within the stated tolerance."""
     case = data.draw(kernel_cases(entrypoint, expert_map=None, quant=None, schemes=QUANT_FAMILY), label="case")
     result = run_checked(cuda_target, bank, case, entrypoint)
-    assert result.closeness.ok, "output outside the tolerance of moegate.kernels.reference:\n" + result.describe()
+    assert result.closeness.ok, "output outside the tolerance of moegate.kernels.tolerance:\n" + result.describe()
 
 
 @entrypoints

@@ -16,9 +16,9 @@ import torch
 
 from moegate.core.case import MoECase, Placement
 from moegate.core.tensors import CaseTensors
+from moegate.dispatch.names import UVA_MARKER
 from moegate.kernels.check import reference_for
-from moegate.kernels.reference import compare
-from moegate.vllm.names import UVA_MARKER
+from moegate.kernels.tolerance import compare
 
 CASE = MoECase(num_tokens=2, top_k=2, num_experts=64, hidden=256, intermediate=128)  # naive region for device weights
 

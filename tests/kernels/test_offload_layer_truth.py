@@ -4,10 +4,10 @@ The fast sibling of ``test_offload_truth.py`` (which starts engines): the two ex
 FusedMoE registers, on a stand-in layer inside a decoder-layer path (``layers.0.mlp.experts``), offloaded
 by vLLM's own ``UVAOffloader`` under a byte budget and a ``cpu_offload_params`` selection, then finalised
 inside vLLM's ``device_loading_context`` with a post-processing that replaces the parameters (both ways
-quantization methods do). ``moegate.vllm.residency.observe`` asks the driver where every pointer points and
-``moegate.vllm.offload_truth.judge`` must PASS: the marked weights are host memory, the others device
+quantization methods do). ``moegate.offload.residency.observe`` asks the driver where every pointer points and
+``moegate.offload.verdict.judge`` must PASS: the marked weights are host memory, the others device
 memory, exactly the ones the budget admits. The power run's offload group uses this file to kill mutants of
-the offloader and the loading context (``bash tools/gpu/offload_runs.sh power offload K/N``).
+the offloader and the loading context (``bash lab/gpu/offload_runs.sh power offload K/N``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from moegate.core.case import MoECase
-from moegate.vllm.offload_truth import Budget, judge
-from moegate.vllm.residency import calibrate_pinned, observe
-from moegate.vllm.uva import uva_offload_layers
+from moegate.dispatch.uva import uva_offload_layers
+from moegate.offload.residency import calibrate_pinned, observe
+from moegate.offload.verdict import Budget, judge
 
 CASE = MoECase(num_tokens=2, top_k=2, num_experts=64, hidden=256, intermediate=128)
 SELECT = {"experts": ("experts",), "w2-only": ("experts.w2_weight",), "w13-only": ("experts.w13_weight",)}

@@ -5,7 +5,7 @@ offload, every expert weight offloaded, a budget of one w13), block FP8, int8 W8
 pre-quantized by ``moegate.model.quantize``, and the planted offload bugs (``uva=noop``, ``uva=back``)
 that must FAIL by the rule they break. Each run is one offline engine in its own process; all start at
 once (about 1-3 minutes on an H200). The builds are made from this interpreter; the driver is asked where
-each pointer points (``moegate.vllm.pointers``), so the check needs CUDA.
+each pointer points (``moegate.offload.pointers``), so the check needs CUDA.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from moegate.core import golden
+from moegate.core import golden_files
 from moegate.core.case import MoECase
 from moegate.core.check import parse_mismatches
 from moegate.core.spec import expected_path
@@ -157,10 +157,10 @@ def test_every_counterexample_is_host_resident_and_explained_by_the_old_rule(bas
 def test_table_diff_on_base_is_host_rows_only(base_run, obtained_dir):
     _, root, _ = base_run
     assert _outcomes(root).get("test_dispatch_table_matches_golden") == "failed"
-    path = golden.GOLDEN_DIR / "dispatch-table.tsv"
+    path = golden_files.GOLDEN_DIR / "dispatch-table.tsv"
     obtained = obtained_dir / (path.name + ".obtained")
-    want = golden.body(path.read_text()).splitlines()
-    got = golden.body(obtained.read_text()).splitlines()
+    want = golden_files.body(path.read_text()).splitlines()
+    got = golden_files.body(obtained.read_text()).splitlines()
     assert len(want) == len(got)
     changed = [(w, g) for w, g in zip(want, got) if w != g]
     assert changed, "the base produced the same table as the PR"

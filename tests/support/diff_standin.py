@@ -1,6 +1,6 @@
 """The differential kernel tier on a CPU: a stand-in for vLLM's fused-MoE experts, and a worker that calls it.
 
-The unit tier cannot launch vLLM's kernels, so a build here is a real interpreter (``moegate.vllm.planted``) whose
+The unit tier cannot launch vLLM's kernels, so a build here is a real interpreter (``moegate.builds.planted``) whose
 site holds ``FUSED_MOE_SITE``: a ``fused_experts`` at vLLM's module name that computes the layer on the CPU
 with the roundings the GPU kernel makes (the first product, silu and the product with the up half as vLLM's CUDA
 op rounds them, each expert's weighted output in the epilogue, the top-k sum in the output's dtype, in order).
@@ -24,7 +24,7 @@ from moegate.core.tensors import torch_dtype
 from moegate.kernels.check import KernelResult, StageClock, reference_for
 from moegate.kernels.differential import Fingerprints, payload
 from moegate.kernels.inputs import WeightBank
-from moegate.kernels.reference import compare
+from moegate.kernels.tolerance import compare
 
 FUSED_MOE = "vllm.model_executor.layers.fused_moe.fused_moe"
 

@@ -1,4 +1,4 @@
-"""A small vLLM-shaped tree for the reach report's tests: the layout ``moegate.vllm.layout`` knows, a few lines each.
+"""A small vLLM-shaped tree for the reach report's tests: the layout ``moegate.reach.layout`` knows, a few lines each.
 
 ``fake_vllm(tmp)`` writes ``tmp/vllm`` with a version, every module the layout requires, one Triton kernel, a
 helper module of which the package calls one function (and that function another), and returns the folder.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from moegate.vllm import layout
+from moegate.reach import layout
 
 FUSED = """import triton
 

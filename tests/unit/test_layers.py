@@ -7,7 +7,7 @@ strategies, at the repository's top level in ``strategies/``, are the room ``str
 ``moegate.strategies``: pyproject.toml's ``package-dir``, read here). ``LAYERS`` names them bottom to top:
 
 - a file may import its own room and any room of a lower layer; rooms of one layer import nothing of each
-  other (``kernels`` and ``model`` stand side by side, so do ``e2e``, ``ab`` and ``offload``);
+  other (``builds``, ``census``, ``kernels`` and ``model`` stand side by side, so do ``e2e``, ``ab`` and ``offload``);
 - no file reaches itself through imports (a circle between files, even inside one room); imports under
   ``if TYPE_CHECKING:`` count for the layers, not for circles, since they never run;
 - an import inside a function is for an optional dependency: a third-party package beyond the two every
@@ -39,8 +39,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("paths",),  # where the checkout's data is
     ("core",),  # case, spec, check, goldens, hashing: no vLLM
     ("strategies",),  # the Hypothesis strategies every tier draws from
-    ("vllm",),  # the only room that imports vLLM
-    ("kernels", "model"),  # the kernel tier's checks; the tiny models
+    ("dispatch",),  # observing vLLM's dispatch (with builds and offload: vLLM's importers); names.py, every vLLM name
+    (
+        "builds",
+        "census",
+        "kernels",
+        "model",
+    ),  # builds, wheels, binaries; the census (text); the kernel tier; tiny models
     ("serve",),  # servers, builds, the client: shared by e2e and the A/B
     ("e2e", "ab", "offload"),  # the e2e gates; the A/B; offload truth's engine runs
     ("power", "preflight", "reach"),  # mutation testing; the runner's preflight; what the tiers exercise (coverage)
@@ -318,10 +323,10 @@ def test_a_climbing_import_a_peer_import_and_an_unplaced_room_are_each_named_wit
             "moegate/ab/__init__.py": "",
             "moegate/ab/driver.py": "from ..core.hashing import late\n",
             "moegate/attic/__init__.py": "",
-            "strategies/__init__.py": "from moegate.strategies.moe import cases\nfrom moegate.vllm import x\n",
+            "strategies/__init__.py": "from moegate.strategies.moe import cases\nfrom moegate.dispatch import x\n",
             "strategies/moe.py": "cases = 1\n",
-            "moegate/vllm/__init__.py": "",
-            "moegate/vllm/x.py": "",
+            "moegate/dispatch/__init__.py": "",
+            "moegate/dispatch/x.py": "",
         },
     )
     assert tree.files["moegate.strategies.moe"] == "strategies/moe.py"
@@ -329,7 +334,7 @@ def test_a_climbing_import_a_peer_import_and_an_unplaced_room_are_each_named_wit
         "moegate/attic/__init__.py:1: room 'attic' is in no layer (place it in LAYERS)",
         "moegate/core/hashing.py:5: core imports moegate.e2e.run (e2e: a higher layer)",
         "moegate/e2e/run.py:2: e2e imports moegate.ab.driver (ab: a peer)",
-        "strategies/__init__.py:2: strategies imports moegate.vllm.x (vllm: a higher layer)",
+        "strategies/__init__.py:2: strategies imports moegate.dispatch.x (dispatch: a higher layer)",
     ]
 
 

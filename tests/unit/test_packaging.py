@@ -48,7 +48,7 @@ def test_a_new_package_or_a_stale_entry_is_named(tmp_path):
         '[tool.setuptools]\npackage-dir = { "moegate.strategies" = "strategies" }\n'
         'packages = ["moegate", "moegate.strategies", "moegate.gone"]\n'
     )
-    for folder in ("moegate", "moegate/e2e/gsm8k", "strategies"):
+    for folder in ("moegate", "moegate/e2e/lmeval", "strategies"):
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)
         (tmp_path / folder / "__init__.py").write_text("")
-    assert unlisted(tmp_path) == (["moegate.e2e.gsm8k"], ["moegate.gone"])
+    assert unlisted(tmp_path) == (["moegate.e2e.lmeval"], ["moegate.gone"])

@@ -1,9 +1,9 @@
 """Every pointer in the prose still points somewhere: modules, ``python -m`` commands, files and links.
 
-The pages (``README.md``, ``docs/**/*.md``, ``results/*.md``, the how-tos under ``tools/`` and ``tooling/``) and every
-docstring of the code (``moegate/``, ``strategies/``, ``tooling/``, ``tools/``, ``bench/``, ``tests/``) name the
+The pages (``README.md``, ``docs/**/*.md``, ``results/*.md``, the how-tos under ``lab/`` and ``tooling/``) and every
+docstring of the code (``moegate/``, ``strategies/``, ``tooling/``, ``lab/``, ``bench/``, ``tests/``) name the
 project's modules (``moegate.core.spec``, ``moegate.core.profiles.KERNEL_EXAMPLES``), its command lines
-(``python -m tooling.ci.gate_plan``), its files (``tools/gpu/e2e_plan.sh``) and link pages and figures
+(``python -m tooling.ci.gate_plan``), its files (``lab/gpu/e2e_plan.sh``) and link pages and figures
 (``[...](results/ci-time.md)``). After a move they rot quietly; here each is resolved by path, without importing
 anything:
 
@@ -27,12 +27,12 @@ from pathlib import Path
 
 from tests.support import ROOT
 
-PAGES = ("README.md", "docs/**/*.md", "results/*.md", "tools/**/*.md", "tooling/**/*.md")
+PAGES = ("README.md", "docs/**/*.md", "results/*.md", "lab/**/*.md", "tooling/**/*.md")
 """The pages read: the README, the docs (the design pages too), the results and the how-tos."""
-SOURCES = ("moegate", "strategies", "tooling", "tools", "bench", "tests")
+SOURCES = ("moegate", "strategies", "tooling", "lab", "bench", "tests")
 """The code whose docstrings are read: every module's, class's and function's."""
-PACKAGES = ("moegate", "tooling", "tools", "tests", "bench")
-FOLDERS: tuple[str, ...] = ("moegate", "strategies", "tests", "tools", "tooling", "bench", "docs", "results", "golden")
+PACKAGES = ("moegate", "tooling", "lab", "tests", "bench")
+FOLDERS: tuple[str, ...] = ("moegate", "strategies", "tests", "lab", "tooling", "bench", "docs", "results", "golden")
 FOLDERS += ("models", "power", "examples", ".github", ".ci")
 """The tracked top-level folders a path may start with."""
 FILE_ENDINGS = frozenset({"yml", "yaml", "md", "json", "jsonl", "py", "toml", "txt", "tsv", "log", "xml", "png", "sh"})
@@ -67,7 +67,7 @@ def _module_file(root: Path, dotted: str) -> Path | None:
     for candidate in (path.with_suffix(".py"), path / "__init__.py"):
         if candidate.is_file():
             return candidate
-    return path if path.is_dir() and rest else None  # a namespace folder (tools/gpu)
+    return path if path.is_dir() and rest else None  # a namespace folder (lab/gpu)
 
 
 @cache
@@ -215,7 +215,7 @@ def test_a_stale_module_a_missing_name_a_moved_file_and_a_dead_link_are_each_nam
         "`moegate.core.profiles.KERNEL_EXAMPLES`, `moegate.strategies.moe_cases`, `python -m moegate.core`,\n"
         "`.github/workflows/moegate.yml` is a file name; [time](ci-time.md), `golden/<name>.obtained`\n"
         "`moegate.profiles.KERNEL_EXAMPLES` and `moegate.kernel_workers.auto_workers`\n"
-        "`moegate.core.profiles.EXAMPLES`, `tools/probes/tf32_operands.py`, [gone](../docs/none.md#a)\n"
+        "`moegate.core.profiles.EXAMPLES`, `lab/probes/tf32_operands.py`, [gone](../docs/none.md#a)\n"
         "vLLM's `tests/models/utils.py`; `bench/old.py`, its last version `git show 0000000:bench/old.py`\n"
     )
     assert problems(tmp_path, ("results/*.md",)) == [
@@ -223,7 +223,7 @@ def test_a_stale_module_a_missing_name_a_moved_file_and_a_dead_link_are_each_nam
         "results/page.md:3: moegate.profiles.KERNEL_EXAMPLES: moegate has no 'profiles'",
         "results/page.md:3: moegate.kernel_workers.auto_workers: moegate has no 'kernel_workers'",
         "results/page.md:4: moegate.core.profiles.EXAMPLES: moegate.core.profiles has no 'EXAMPLES'",
-        "results/page.md:4: tools/probes/tf32_operands.py: no such file or folder",
+        "results/page.md:4: lab/probes/tf32_operands.py: no such file or folder",
         "results/page.md:4: ../docs/none.md: no such file or folder",
         "results/page.md:5: bench/old.py: no such file or folder",  # the named commit does not have it
     ]
@@ -262,14 +262,14 @@ def test_a_docstring_of_a_module_class_or_function_is_read_with_its_own_line_num
     (tmp_path / "moegate").mkdir()
     (tmp_path / "moegate" / "__init__.py").write_text("")
     (tmp_path / "moegate" / "mod.py").write_text(
-        '"""Runs on the GPU (``tools/gpu/offload_truth.sh``)."""\n\n\n'
+        '"""Runs on the GPU (``lab/gpu/offload_truth.sh``)."""\n\n\n'
         "class A:\n"
         '    """Judged by ``moegate.mod.judge``;\n    its page is [docs](docs/none.md)."""\n\n\n'
         "def judge():\n"
         '    """``moegate.mod.A`` and ``moegate/mod.py`` are here."""\n'
-        '    text = "not a docstring: tools/none.sh"\n'
+        '    text = "not a docstring: lab/none.sh"\n'
     )
     assert problems(tmp_path, pages=(), sources=("moegate",)) == [
-        "moegate/mod.py:1: tools/gpu/offload_truth.sh: no such file or folder",
+        "moegate/mod.py:1: lab/gpu/offload_truth.sh: no such file or folder",
         "moegate/mod.py:6: docs/none.md: no such file or folder",
     ]

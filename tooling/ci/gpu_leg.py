@@ -1,5 +1,5 @@
 """One GPU leg, from one place: the reusable workflow's ``gpu`` job runs it, and so does the H200 rehearsal
-(``tools/gpu/rehearsal.sh``), so the two cannot drift apart.
+(``lab/gpu/rehearsal.sh``), so the two cannot drift apart.
 
     python -m tooling.ci.gpu_leg preflight --start                     # first: driver and disk, any Python, no torch
     python -m tooling.ci.gpu_leg preflight --builds FILE --tier T[,T] [--model NAME[,NAME]]   # the GPU, through torch
@@ -9,7 +9,7 @@
         [--reports DIR] [--dry-run] [-- MORE OPTIONS FOR THE TIER'S COMMAND]
 
 ``--builds`` is the JSON ``nox -s builds`` writes in the ``gpu`` job (the rehearsal writes its own, for builds made
-with ``moegate.vllm.planted``): ``pr``/``base`` (the builds' Pythons), ``pr_label``/``base_label``, ``driver`` (the e2e
+with ``moegate.builds.planted``): ``pr``/``base`` (the builds' Pythons), ``pr_label``/``base_label``, ``driver`` (the e2e
 driver's Python, the A/B's), ``eval`` (lm-eval's), ``models`` (name -> folder). Each leg prints the command it runs,
 runs it from the checkout, and ends with ``gpu leg NAME: exit N in S s`` (the rehearsal's per-leg times). Everything a
 leg passes is here, and only here:
@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from moegate.core.faults import RUNNER_FAULT, Attempt, Outcome, classify
-from moegate.e2e.datasets import GSM8K_SHA256, DataError, gsm8k_dir, gsm8k_file
+from moegate.e2e.gsm8k_files import GSM8K_SHA256, DataError, gsm8k_dir, gsm8k_file
 from moegate.preflight.attempts import retry_once, run_watched
 from moegate.preflight.gpu_processes import gpu_processes, unlisted_mib
 from tooling.serving import server_args

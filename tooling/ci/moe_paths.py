@@ -12,7 +12,7 @@ The list is made, not kept by hand (issue 44), from two sources:
   fused-MoE layer (``layer``), every MoE quantization method (``quant-method``) and every dispatch site (``site``);
 - what the census reads whole or beside its records (its own constants): the registry that maps an architecture to
   its model file, and vLLM's config classes, which pin a layer's shape;
-- ``moegate.vllm.names``, where moegate spells every vLLM module it relies on: the UVA offloader's package and the
+- ``moegate.dispatch.names``, where moegate spells every vLLM module it relies on: the UVA offloader's package and the
   loader's post-processing (``device_loading_context`` re-offloads what lost its marker).
 
 The census reads the installed Python package; it cannot see vLLM's C++ sources. The census room's list maps the
@@ -37,8 +37,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from moegate.vllm.census.census import parse_golden
-from moegate.vllm.census.watch import watched_paths
+from moegate.census.census import parse_golden
+from moegate.census.watch import watched_paths
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CENSUS_DIR = ROOT / "golden" / "census"
@@ -57,15 +57,13 @@ def _version_key(path: Path) -> tuple[int, ...]:
 def newest_census(directory: Path = CENSUS_DIR) -> Path:
     found = sorted(directory.glob("vllm-*.jsonl"), key=_version_key)
     if not found:
-        raise PathsError(
-            f"no census in {directory} (golden/census/vllm-<version>.jsonl: python -m moegate.vllm.census)"
-        )
+        raise PathsError(f"no census in {directory} (golden/census/vllm-<version>.jsonl: python -m moegate.census)")
     return found[-1]
 
 
 def generate(census: Path) -> list[str]:
     """The paths, sorted; a file under a listed folder is left out (the folder covers it): the census room's one list
-    (``moegate.vllm.census.watch``, which ``moegate census paths`` and ``moegate buildkite`` print too)."""
+    (``moegate.census.watch``, which ``moegate census paths`` and ``moegate buildkite`` print too)."""
     try:
         records = parse_golden(census.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -79,7 +77,7 @@ def render(census: Path, paths: Iterable[str]) -> str:
     rel = census.relative_to(ROOT) if census.is_relative_to(ROOT) else census
     header = [
         "# The vLLM paths that reach the fused MoE: a pull request touching one gets the GPU legs.",
-        f"# Generated from {rel.as_posix()} and moegate/vllm/names.py by `python -m tooling.ci.moe_paths --write`;",
+        f"# Generated from {rel.as_posix()} and moegate/dispatch/names.py by `python -m tooling.ci.moe_paths --write`;",
         "# do not edit (tests/unit/tooling/test_moe_paths.py fails when it differs). A path ending in / is a folder.",
     ]
     return "\n".join([*header, *paths]) + "\n"

@@ -6,7 +6,7 @@
 vLLM publishes a wheel for every commit of main (https://wheels.vllm.ai, the ``nightly`` index: a PEP 503 page per
 project). ``wheel`` reads that page and takes the newest x86_64 wheel of the default CUDA build (no ``+cpu``, no
 ROCm); ``--given`` passes a wheel URL through (a dispatched run's choice). ``fit`` turns ``nox -s fit``'s result
-(``python -m moegate.vllm.fit``: does every module and name moegate drives still exist, does the census read it)
+(``python -m moegate.census.fit``: does every module and name moegate drives still exist, does the census read it)
 into the job's output. An environment that could not be built, so that the probe never ran, reads as not fitting
 too, with its cause: moegate's pins no longer install vLLM's main branch, which is upkeep as well.
 
@@ -66,7 +66,7 @@ def fetch(url: str, timeout: float = 30) -> str:
 
 
 def fit_outcome(report: Path, exit_status: int) -> dict[str, str]:
-    """``fits`` and one line saying why, from ``python -m moegate.vllm.fit --json``'s file and ``nox -s fit``'s exit."""
+    """``fits`` and one line saying why, from ``python -m moegate.census.fit --json``'s file and ``nox -s fit``'s exit."""
     try:
         data = json.loads(report.read_text())
     except (OSError, json.JSONDecodeError):

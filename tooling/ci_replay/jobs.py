@@ -49,7 +49,7 @@ RUNS = (
 
 NOT_REPLAYED = {
     "vllm-main.yml:fit": "installs vLLM main's nightly wheel from wheels.vllm.ai, which this machine cannot reach; "
-    "its parts run in the unit tier (tests/unit/tooling/test_vllm_main.py, tests/unit/vllm/test_fit.py) and the fit "
+    "its parts run in the unit tier (tests/unit/tooling/test_vllm_main.py, tests/unit/census/test_fit.py) and the fit "
     "probe in the dispatch tier (tests/dispatch/test_fit.py)",
     "vllm-main.yml:report": "needs fit's outputs; its three outcomes are the fit's and the gate's, each shown above",
 }

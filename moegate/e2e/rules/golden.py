@@ -1,4 +1,4 @@
-"""The golden rule: one build's records against the golden of its key (``moegate/e2e/goldens.py``), or blessed into it.
+"""The golden rule: one build's records against the golden of its key (``moegate/e2e/golden_records.py``), or blessed into it.
 
 A key holds what changes the numbers (vLLM release, device class, dtype, model hash, flags, the run's size
 and in-flight count); the records are greedy token ids or GSM8K responses. Goldens serve regression, the
@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from moegate.core.hashing import model_hash
-from moegate.e2e import goldens
-from moegate.e2e.data import BuildRun, Options
-from moegate.e2e.goldens import device_class, flag_value
-from moegate.e2e.greedy import Completion, Decode
+from moegate.e2e import golden_records
+from moegate.e2e.golden_records import device_class, flag_value
+from moegate.e2e.greedy_passes import Completion, Decode
 from moegate.e2e.rules import greedy, gsm8k
+from moegate.e2e.run_data import BuildRun, Options
 from moegate.e2e.verdict import GateResult
 
 
-def golden_key(gate: str, run: BuildRun, opts: Options, in_flight: int | None) -> goldens.Key:
+def golden_key(gate: str, run: BuildRun, opts: Options, in_flight: int | None) -> golden_records.Key:
     flags = (*opts.server_args, *run.build.server_args)
-    return goldens.Key(
+    return golden_records.Key(
         gate=gate,
         vllm=str(run.info.get("vllm", "unknown")),
         device=device_class(run.info),
@@ -58,21 +58,21 @@ def check_golden(gate: str, run: BuildRun, opts: Options, in_flight: int | None,
     else:
         records = run.gsm8k.records
     try:
-        outcome = goldens.check(
+        outcome = golden_records.check(
             key, provenance(run, opts, in_flight), records, bless=opts.bless, directory=opts.golden_dir
         )
-    except goldens.GoldenError as exc:
+    except golden_records.GoldenError as exc:
         return GateResult(name, False, str(exc), "")
     if outcome.status in ("blessed", "match"):
         return GateResult(name, True, outcome.message, "")
     if outcome.status == "missing":
         if opts.strict_goldens:
             return GateResult(name, False, f"FAIL (--strict-goldens): {outcome.message}", "")
-        command = opts.bless_command or goldens.BLESS
+        command = opts.bless_command or golden_records.BLESS
         return GateResult(
             name, True,
             f"PASS (golden missing, not judged: the comparison decides): no golden for this key yet: "
-            f"{outcome.path.name}; obtained: {goldens.obtained_path(outcome.path)}; to bless it: {command}",
+            f"{outcome.path.name}; obtained: {golden_records.obtained_path(outcome.path)}; to bless it: {command}",
             "",
         )  # fmt: skip
     assert outcome.records is not None

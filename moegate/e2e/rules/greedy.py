@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from moegate.e2e import stats
-from moegate.e2e.greedy import NEAR_TIE_NATS, SHOWN_TOKENS, Completion, Decode, first_divergence
+from moegate.e2e.greedy_passes import NEAR_TIE_NATS, SHOWN_TOKENS, Completion, Decode, first_divergence
 from moegate.e2e.verdict import GateResult
 
 

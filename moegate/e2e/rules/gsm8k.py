@@ -13,9 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from moegate.e2e import stats
-from moegate.e2e.gsm8k.output import Gsm8kRun, scores_of
-from moegate.e2e.gsm8k.task import FILTERS, LM_EVAL_VERSION, NUM_FEWSHOT, Gsm8kError
+from moegate.e2e import paired, stats
+from moegate.e2e.lmeval.output import Gsm8kRun, scores_of
+from moegate.e2e.lmeval.task import FILTERS, LM_EVAL_VERSION, NUM_FEWSHOT, Gsm8kError
 from moegate.e2e.rules.equivalent import gsm8k_interval
 from moegate.e2e.verdict import GateResult
 
@@ -221,7 +221,7 @@ def gsm8k_result(
     divergences: Sequence[dict[str, Any]],
     tie: float,
     *,
-    detect: float = stats.DETECT_GSM8K,
+    detect: float = paired.DETECT_GSM8K,
     cap: int,
     promise: str = "identical",
 ) -> GateResult:
@@ -237,23 +237,23 @@ def gsm8k_result(
         for f, k in (("strict-match", "exact_match_strict"), ("flexible-extract", "exact_match_flexible"))
     }
     n = len(base_run.records)
-    tests = {f: stats.mcnemar(*pair) for f, pair in em.items()}
+    tests = {f: paired.mcnemar(*pair) for f, pair in em.items()}
     noise = []
     for _lab, r1, r2 in repeats:
         for k in ("exact_match_strict", "exact_match_flexible"):
             x = {int(r["doc_id"]): int(r[k]) for r in r1.records}
             y = {int(r["doc_id"]): int(r[k]) for r in r2.records}
-            noise.append(stats.mcnemar(x, y).discordant / max(n, 1))
+            noise.append(paired.mcnemar(x, y).discordant / max(n, 1))
     psi = max([*noise, *(t.discordant / max(n, 1) for t in tests.values())], default=0.0)
-    needed = stats.needed_questions(psi, detect=detect)
-    resolves = stats.detectable_difference(psi, n)
+    needed = paired.needed_questions(psi, detect=detect)
+    resolves = paired.detectable_difference(psi, n)
     for f, t in tests.items():
         sa, sb = sum(em[f][0].values()) / max(n, 1), sum(em[f][1].values()) / max(n, 1)
         parts.append(f"{f} {sa:.4f}/{sb:.4f} (discordant {len(t.a_only)}/{len(t.b_only)}, exact McNemar p={t.p:.3g})")
-        if t.p < stats.ALPHA_GSM8K / 2:
-            reasons.append(f"{f}: exact_match differs, p={t.p:.3g} < {stats.ALPHA_GSM8K / 2}")
+        if t.p < paired.ALPHA_GSM8K / 2:
+            reasons.append(f"{f}: exact_match differs, p={t.p:.3g} < {paired.ALPHA_GSM8K / 2}")
         if promise == "equivalent":
-            lo, hi = gsm8k_interval(*em[f], alpha=stats.ALPHA_GSM8K / 4)
+            lo, hi = gsm8k_interval(*em[f], alpha=paired.ALPHA_GSM8K / 4)
             parts[-1] += f", difference in [{lo:+.3f}, {hi:+.3f}]"
             if lo <= -detect or hi >= detect:
                 reasons.append(f"{f}: exact_match difference [{lo:+.3f}, {hi:+.3f}] not shown inside +-{detect}")
@@ -283,10 +283,10 @@ def gsm8k_result(
         )
     pr_side = sides.count("b")
     sign_p = stats.sign_test_greater(pr_side, len(sides))
-    if sign_p < stats.ALPHA_GSM8K / 2:
+    if sign_p < paired.ALPHA_GSM8K / 2:
         reasons.append(
             f"the PR decoded the token both re-scorings rank lower in {pr_side} of {len(sides)} flips beyond the"
-            f" tie bound, sign test p={sign_p:.3g} < {stats.ALPHA_GSM8K / 2}"
+            f" tie bound, sign test p={sign_p:.3g} < {paired.ALPHA_GSM8K / 2}"
         )
     passed = not reasons
     discordant = sorted({*(x for t in tests.values() for x in (*t.a_only, *t.b_only))})
@@ -322,11 +322,11 @@ def noise_row(label: str, r1: Any, r2: Any) -> GateResult:
     """A build against its own repeat: the GSM8K noise floor; fails only if the build disagrees with itself one way."""
     parts, bad = [], []
     for f, k in (("strict-match", "exact_match_strict"), ("flexible-extract", "exact_match_flexible")):
-        t = stats.mcnemar(
+        t = paired.mcnemar(
             {int(r["doc_id"]): int(r[k]) for r in r1.records}, {int(r["doc_id"]): int(r[k]) for r in r2.records}
         )
         parts.append(f"{f} discordant {len(t.a_only)}/{len(t.b_only)} p={t.p:.3g}")
-        if t.p < stats.ALPHA_GSM8K / 2:
+        if t.p < paired.ALPHA_GSM8K / 2:
             bad.append(f)
     differ = sum(1 for x, y in zip(r1.records, r2.records, strict=False) if x["response"] != y["response"])
     ok = not bad

@@ -8,8 +8,8 @@ batch composition.
   the tokens both generated, at 1 and at 4 in flight, against the base's own repeat (the PR's own repeat is
   ``rules/repeats.py``'s to judge, never this rule's noise).
 
-The scores come from the scoring phase (``moegate/e2e/scored.py``), the decoded log-probabilities from the
-greedy passes (``moegate/e2e/greedy.py``).
+The scores come from the scoring phase (``moegate/e2e/scoring_phase.py``), the decoded log-probabilities from the
+greedy passes (``moegate/e2e/greedy_passes.py``).
 
 - ``starts_caveat``: the note a run gets where its servers ran with torch.compile and CUDA graphs: there two starts
   of one build need not compute the same, which the rules' "within" (a server's own repeat) cannot see.
@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from moegate.e2e import stats
-from moegate.e2e.data import BuildRun, DecodePair, ScoreData, decode_pairs
 from moegate.e2e.rules.noise import within_max
+from moegate.e2e.run_data import BuildRun, DecodePair, ScoreData, decode_pairs
 from moegate.e2e.verdict import GateResult
 
 

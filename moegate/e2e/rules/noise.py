@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from moegate.e2e import stats
-from moegate.e2e.data import PR_SEQUENCE, BuildRun, ScoreData, decode_pairs
+from moegate.e2e.run_data import PR_SEQUENCE, BuildRun, ScoreData, decode_pairs
 
 
 def within_max(data: ScoreData | None) -> float:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from moegate.e2e import stats
-from moegate.e2e.data import BuildRun, decode_pairs
-from moegate.e2e.greedy import Completion, first_divergence
+from moegate.e2e.greedy_passes import Completion, first_divergence
+from moegate.e2e.run_data import BuildRun, decode_pairs
 from moegate.e2e.verdict import GateResult
 
 ALPHA_REPEAT = 0.005

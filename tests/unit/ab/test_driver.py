@@ -22,7 +22,7 @@ from moegate.ab import report
 from moegate.ab.driver import Driver
 from moegate.ab.plan import BenchError, Dataset, DriverError, Plan, load_run, schedule
 from moegate.ab.verdict import EQUIVALENT, FAIL, IMPROVED, judge
-from moegate.vllm.planted import make_build
+from moegate.builds.planted import make_build
 from tests.support import ROOT
 from tests.support.ab import StubBench, StubServer, build, make_driver, reset_stubs, tok_s  # noqa: F401 (autouse)
 
@@ -219,7 +219,7 @@ def main(args):
 
 
 def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
-    """python -m moegate.vllm.bench_serve in a build whose own site carries a stand-in
+    """python -m moegate.builds.bench_serve in a build whose own site carries a stand-in
     ``vllm.benchmarks.serve`` (the real one needs a server); the result dict is written as JSON."""
     pkg = tmp_path / "site" / "vllm" / "benchmarks"
     pkg.mkdir(parents=True)
@@ -230,7 +230,7 @@ def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
 
     def bench_serve(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(python), "-m", "moegate.vllm.bench_serve", *args],
+            [str(python), "-m", "moegate.builds.bench_serve", *args],
             capture_output=True, text=True, cwd=ROOT, check=False, timeout=120,
         )  # fmt: skip
 
@@ -248,7 +248,7 @@ def test_bench_runner_in_a_build_python_with_a_stand_in_vllm(tmp_path):
 
 
 def test_the_bench_worker_imports_once_runs_many_and_survives_a_failed_run(tmp_path):
-    """BenchWorkers -> python -m moegate.vllm.bench_serve --worker with the stand-in vLLM: one process for
+    """BenchWorkers -> python -m moegate.builds.bench_serve --worker with the stand-in vLLM: one process for
     several runs, each answered in order; a run that raises fails alone and the worker goes on."""
     pkg = tmp_path / "site" / "vllm" / "benchmarks"
     pkg.mkdir(parents=True)

@@ -241,7 +241,7 @@ def test_bench_serve_without_vllm_is_one_line():
     except ImportError:
         pass
     proc = subprocess.run(
-        [sys.executable, "-m", "moegate.vllm.bench_serve", "--json-out", "x.json", "--", "--model", "m"],
+        [sys.executable, "-m", "moegate.builds.bench_serve", "--json-out", "x.json", "--", "--model", "m"],
         capture_output=True,
         text=True,
         cwd=ROOT,

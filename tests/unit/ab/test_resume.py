@@ -16,8 +16,8 @@ from moegate.ab import report
 from moegate.ab.plan import Dataset, DriverError, load_run, schedule
 from moegate.ab.verdict import judge
 from moegate.core.hashing import model_hash
+from moegate.dispatch.names import API_SERVER
 from moegate.model.tiny_spec import BUILD_INFO
-from moegate.vllm.names import API_SERVER
 from tests.support.ab import StubBench, StubServer, make_driver, reset_stubs, tok_s  # noqa: F401 (autouse)
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from moegate.census.watch import golden_paths
 from moegate.cli import buildkite
-from moegate.vllm.census.watch import golden_paths
 from tests.support import ROOT
 
 EXAMPLE = ROOT / "examples" / "buildkite-moegate.yaml"

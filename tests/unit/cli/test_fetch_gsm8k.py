@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from moegate.cli import fetch_gsm8k
-from moegate.e2e.datasets import GSM8K_SHA256, gsm8k_dir
+from moegate.e2e.gsm8k_files import GSM8K_SHA256, gsm8k_dir
 
 PUBLISHED = gsm8k_dir()
 pytestmark = pytest.mark.skipif(

@@ -1,6 +1,6 @@
 """``moegate gate`` on builds made here: a dev build whose vLLM does not import fails in one line naming it, a wheel
 that is not vLLM is refused before any environment is built, a GPU tier without a GPU is one line; the kernel floor
-reads the JUnit report. The builds are real interpreters (``moegate.vllm.planted``: a venv seeing this Python's
+reads the JUnit report. The builds are real interpreters (``moegate.builds.planted``: a venv seeing this Python's
 packages and a site first) whose ``vllm`` is a stand-in package in that site: the probe imports it in a process of
 its own, as it imports a real one."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from moegate.builds.planted import make_build
 from moegate.cli import gate
-from moegate.vllm.planted import make_build
 
 
 def _build(tmp_path: Path, init: str) -> Path:

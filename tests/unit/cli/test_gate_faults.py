@@ -1,6 +1,6 @@
 """``moegate gate``'s verdict on a failed tier, end to end through its retry path and its page.
 
-The build is a real interpreter (``moegate.vllm.planted``) whose site holds a stand-in ``vllm``, a stand-in ``torch``
+The build is a real interpreter (``moegate.builds.planted``) whose site holds a stand-in ``vllm``, a stand-in ``torch``
 that sees a CUDA GPU, and a stand-in ``pytest``: the tier command the gate runs (``python -m pytest tests/dispatch
 tests/kernels --junitxml=...``) is that package, which follows a plan, one step a call (print a CUDA out-of-memory
 traceback, fail a planted bug's assertion, pass), writes the JUnit report pytest would, and exits as pytest would.
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from moegate.builds.planted import make_build
 from moegate.cli import gate, gate_page
 from moegate.core.case import MoECase, Placement
 from moegate.core.check import DispatchMismatch, assert_path
 from moegate.core.faults import GpuProcess
-from moegate.vllm.planted import make_build
 from tests.support.faults import BUG, OOM_TRACEBACK, neighbour
 
 KERNEL_TEST = "tests.kernels.test_kernel_properties"

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moegate.e2e import greedy
-from moegate.e2e.greedy import Completion, first_divergence, parse_choice
+from moegate.e2e import greedy_passes
+from moegate.e2e.greedy_passes import Completion, first_divergence, parse_choice
 from moegate.e2e.rules.greedy import compare
 
 
@@ -67,4 +67,4 @@ def test_parse_choice_refuses_text_tokens():
 
 def test_run_pass_refuses_zero_in_flight():
     with pytest.raises(ValueError, match="in_flight"):
-        greedy.run_pass("http://127.0.0.1:1", "m", [], 0)
+        greedy_passes.run_pass("http://127.0.0.1:1", "m", [], 0)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from moegate import paths
-from moegate.e2e import gsm8k
-from moegate.e2e.gsm8k import (
+from moegate.e2e import lmeval
+from moegate.e2e.lmeval import (
     CHECKSUMS,
     GSM8K_TASK_SETTINGS,
     Gsm8kData,
@@ -21,7 +21,7 @@ from moegate.e2e.gsm8k import (
     read_run,
     records,
 )
-from moegate.e2e.gsm8k import harness as gsm8k_lm_eval
+from moegate.e2e.lmeval import harness as gsm8k_lm_eval
 from moegate.e2e.rules.gsm8k import compare, first_difference
 from moegate.e2e.verdict import GateResult
 
@@ -47,7 +47,7 @@ def fake_data(tmp_path: Path) -> Gsm8kData:
 def test_wrong_checksum_is_one_line(tmp_path: Path) -> None:
     fake_data(tmp_path)
     with pytest.raises(Gsm8kDataError) as err:
-        gsm8k.verify_data(tmp_path)
+        lmeval.verify_data(tmp_path)
     msg = str(err.value)
     assert "\n" not in msg
     assert str(tmp_path / "test.jsonl") in msg and CHECKSUMS["test.jsonl"] in msg
@@ -55,24 +55,24 @@ def test_wrong_checksum_is_one_line(tmp_path: Path) -> None:
 
 def test_missing_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(Gsm8kDataError) as err:
-        gsm8k.verify_data(tmp_path)
+        lmeval.verify_data(tmp_path)
     msg = str(err.value)
-    assert "\n" not in msg and "missing" in msg and gsm8k.DATA_ENV in msg
+    assert "\n" not in msg and "missing" in msg and lmeval.DATA_ENV in msg
 
 
 def test_data_location_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(gsm8k.DATA_ENV, raising=False)
-    assert gsm8k.data_dir() == paths.GSM8K_CACHE_DIR
-    monkeypatch.setenv(gsm8k.DATA_ENV, str(tmp_path / "env"))
-    assert gsm8k.data_dir() == tmp_path / "env"
-    assert gsm8k.data_dir(tmp_path / "arg") == tmp_path / "arg"
+    monkeypatch.delenv(lmeval.DATA_ENV, raising=False)
+    assert lmeval.data_dir() == paths.GSM8K_CACHE_DIR
+    monkeypatch.setenv(lmeval.DATA_ENV, str(tmp_path / "env"))
+    assert lmeval.data_dir() == tmp_path / "env"
+    assert lmeval.data_dir(tmp_path / "arg") == tmp_path / "arg"
 
 
 def test_real_data_checks_out_when_present() -> None:
-    folder = gsm8k.data_dir()
+    folder = lmeval.data_dir()
     if not (folder / "test.jsonl").is_file():
-        pytest.skip(f"no GSM8K data at {folder} (set {gsm8k.DATA_ENV})")
-    data = gsm8k.verify_data(folder)
+        pytest.skip(f"no GSM8K data at {folder} (set {lmeval.DATA_ENV})")
+    data = lmeval.verify_data(folder)
     assert data.sha256 == CHECKSUMS
 
 
@@ -80,12 +80,12 @@ def test_task_yaml_carries_lm_eval_settings(tmp_path: Path) -> None:
     """The written task (PyYAML) says what lm-eval 0.4.13's gsm8k says, on the local files, and holds no question."""
     yaml = pytest.importorskip("yaml", reason="PyYAML writes and reads the task")
     data = fake_data(tmp_path / "d")
-    path = gsm8k.write_task_yaml(tmp_path / "tasks", data)
-    assert path == tmp_path / "tasks" / f"{gsm8k.LOCAL_TASK}.yaml"
+    path = lmeval.write_task_yaml(tmp_path / "tasks", data)
+    assert path == tmp_path / "tasks" / f"{lmeval.LOCAL_TASK}.yaml"
     text = path.read_text()
-    assert text.startswith("# Written by moegate.e2e.gsm8k at run time")
+    assert text.startswith("# Written by moegate.e2e.lmeval at run time")
     task = yaml.safe_load(text)
-    assert (task["task"], task["dataset_path"]) == (gsm8k.LOCAL_TASK, "json")
+    assert (task["task"], task["dataset_path"]) == (lmeval.LOCAL_TASK, "json")
     assert task["dataset_kwargs"]["data_files"] == {"test": str(data.test), "train": str(data.train)}
     assert (task["doc_to_text"], task["doc_to_target"]) == ("Question: {{question}}\nAnswer:", "{{answer}}")
     assert task["num_fewshot"] == 5
@@ -100,8 +100,8 @@ def test_task_yaml_carries_lm_eval_settings(tmp_path: Path) -> None:
 def test_task_yaml_round_trips(tmp_path: Path) -> None:
     yaml = pytest.importorskip("yaml", reason="PyYAML reads the YAML back")
     data = fake_data(tmp_path / "d")
-    loaded = yaml.safe_load(gsm8k.write_task_yaml(tmp_path / "tasks", data).read_text())
-    assert loaded == gsm8k.task_config(data)
+    loaded = yaml.safe_load(lmeval.write_task_yaml(tmp_path / "tasks", data).read_text())
+    assert loaded == lmeval.task_config(data)
     assert loaded["dataset_kwargs"] == {"data_files": {"test": str(data.test), "train": str(data.train)}}
     assert loaded["generation_kwargs"]["until"] == ["Question:", "</s>", "<|im_end|>"]
     assert [f["name"] for f in loaded["filter_list"]] == ["strict-match", "flexible-extract"]
@@ -122,8 +122,8 @@ def test_settings_are_lm_eval_0_4_13s() -> None:
 
 
 def test_command_line() -> None:
-    argv = gsm8k.lm_eval_argv(
-        "/env/bin/python", base_url="http://127.0.0.1:8000/", model="tiny", task=gsm8k.LOCAL_TASK,
+    argv = lmeval.lm_eval_argv(
+        "/env/bin/python", base_url="http://127.0.0.1:8000/", model="tiny", task=lmeval.LOCAL_TASK,
         include_path=Path("/run/tasks"), output_path=Path("/run/lm_eval"), limit=250,
     )  # fmt: skip
     assert argv[:4] == ["/env/bin/python", "-P", str(gsm8k_lm_eval.LOCAL_LAUNCHER), "run"]
@@ -142,41 +142,41 @@ def test_command_line() -> None:
 
 
 def test_builtin_task_has_no_include_path_and_keeps_the_dataset_cache(tmp_path: Path) -> None:
-    argv = gsm8k.lm_eval_argv(
+    argv = lmeval.lm_eval_argv(
         "py", base_url="u", model="m", task="gsm8k", include_path=None, output_path=tmp_path, limit=1
     )
     assert "--include_path" not in argv and argv[:4] == ["py", "-m", "lm_eval", "run"]  # lm-eval's index of its tasks
-    assert "HF_DATASETS_CACHE" not in gsm8k.lm_eval_env(tmp_path, local_data=False) or (
-        gsm8k.lm_eval_env(tmp_path, local_data=False)["HF_DATASETS_CACHE"] != str(tmp_path / "hf_datasets_cache")
+    assert "HF_DATASETS_CACHE" not in lmeval.lm_eval_env(tmp_path, local_data=False) or (
+        lmeval.lm_eval_env(tmp_path, local_data=False)["HF_DATASETS_CACHE"] != str(tmp_path / "hf_datasets_cache")
     )
-    env = gsm8k.lm_eval_env(tmp_path, local_data=True)
+    env = lmeval.lm_eval_env(tmp_path, local_data=True)
     assert env["HF_DATASETS_CACHE"] == str(tmp_path / "hf_datasets_cache")
     assert env["HF_HUB_OFFLINE"] == env["HF_DATASETS_OFFLINE"] == "1"
 
 
 def test_eval_python_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(gsm8k.EVAL_PYTHON_ENV, raising=False)
-    assert gsm8k.eval_python() == paths.ENVS_DIR / "_eval" / "bin" / "python"
+    monkeypatch.delenv(lmeval.EVAL_PYTHON_ENV, raising=False)
+    assert lmeval.eval_python() == paths.ENVS_DIR / "_eval" / "bin" / "python"
     venv = tmp_path / "venv"
     venv.mkdir()
-    assert gsm8k.eval_python(venv) == venv / "bin" / "python"
-    monkeypatch.setenv(gsm8k.EVAL_PYTHON_ENV, str(tmp_path / "py"))
-    assert gsm8k.eval_python() == tmp_path / "py"
+    assert lmeval.eval_python(venv) == venv / "bin" / "python"
+    monkeypatch.setenv(lmeval.EVAL_PYTHON_ENV, str(tmp_path / "py"))
+    assert lmeval.eval_python() == tmp_path / "py"
 
 
 def test_run_refuses_bad_arguments_before_starting_anything(tmp_path: Path) -> None:
     with pytest.raises(Gsm8kError, match="limit 0"):
-        gsm8k.run_gsm8k("http://x", "m", tmp_path / "a", python="py", limit=0)
+        lmeval.run_gsm8k("http://x", "m", tmp_path / "a", python="py", limit=0)
     with pytest.raises(Gsm8kError, match="limit 1320"):
-        gsm8k.run_gsm8k("http://x", "m", tmp_path / "a", python="py", limit=1320)
+        lmeval.run_gsm8k("http://x", "m", tmp_path / "a", python="py", limit=1320)
     with pytest.raises(Gsm8kError, match="unknown GSM8K task"):
-        gsm8k.run_gsm8k("http://x", "m", tmp_path / "a", python="py", task="gsm8k_cot")
+        lmeval.run_gsm8k("http://x", "m", tmp_path / "a", python="py", task="gsm8k_cot")
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "x").write_text("")
     with pytest.raises(Gsm8kError, match="not empty"):
-        gsm8k.run_gsm8k("http://x", "m", tmp_path / "used", python="py")
+        lmeval.run_gsm8k("http://x", "m", tmp_path / "used", python="py")
     with pytest.raises(Gsm8kDataError):
-        gsm8k.run_gsm8k("http://x", "m", tmp_path / "b", python="py", data=tmp_path / "nodata")
+        lmeval.run_gsm8k("http://x", "m", tmp_path / "b", python="py", data=tmp_path / "nodata")
 
 
 def test_lm_eval_failure_names_a_dead_server_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,9 +197,9 @@ def test_lm_eval_failure_names_a_dead_server_first(tmp_path: Path, monkeypatch: 
         raise Dead("server of build base died (exit -9)")
 
     with pytest.raises(Dead):
-        gsm8k.run_gsm8k("http://x", "m", tmp_path / "r1", python=fake, limit=2, check_alive=dead)
+        lmeval.run_gsm8k("http://x", "m", tmp_path / "r1", python=fake, limit=2, check_alive=dead)
     with pytest.raises(Gsm8kError) as err:
-        gsm8k.run_gsm8k("http://x", "m", tmp_path / "r2", python=fake, limit=2, check_alive=lambda: None)
+        lmeval.run_gsm8k("http://x", "m", tmp_path / "r2", python=fake, limit=2, check_alive=lambda: None)
     assert "lm-eval exited with 3" in str(err.value) and "boom: connection refused" in str(err.value)
 
 
@@ -258,15 +258,15 @@ def test_parse_samples_rejects_other_shapes() -> None:
 
 def test_read_run_checks_lm_eval_scores(tmp_path: Path) -> None:
     parsed = records(parse_samples(fixture_lines()))
-    scores = gsm8k.scores_of(parsed)
+    scores = lmeval.scores_of(parsed)
     out = tmp_path / "lm_eval" / "moegate-model"
     out.mkdir(parents=True)
-    (out / f"samples_{gsm8k.LOCAL_TASK}_2026-11-29T17-00-00.jsonl").write_text(FIXTURE.read_text())
-    results = {"results": {gsm8k.LOCAL_TASK: {f"exact_match,{f}": scores[f] for f in gsm8k.FILTERS}}}
+    (out / f"samples_{lmeval.LOCAL_TASK}_2026-11-29T17-00-00.jsonl").write_text(FIXTURE.read_text())
+    results = {"results": {lmeval.LOCAL_TASK: {f"exact_match,{f}": scores[f] for f in lmeval.FILTERS}}}
     (out / "results_2026-11-29T17-00-00.json").write_text(json.dumps(results))
     run = read_run(tmp_path / "lm_eval")
     assert run.records == parsed and run.scores == scores
-    results["results"][gsm8k.LOCAL_TASK]["exact_match,strict-match"] = 0.5 + scores["strict-match"]
+    results["results"][lmeval.LOCAL_TASK]["exact_match,strict-match"] = 0.5 + scores["strict-match"]
     (out / "results_2026-11-29T17-00-00.json").write_text(json.dumps(results))
     with pytest.raises(Gsm8kError, match="exact_match,strict-match"):
         read_run(tmp_path / "lm_eval")
@@ -313,7 +313,7 @@ def test_one_differing_response_fails_naming_the_doc_and_both_responses() -> Non
 def test_equal_scores_but_a_differing_response_fails() -> None:
     a, b = recs_from_fixture(), recs_from_fixture()
     b[0] = {**b[0], "response": response(b[0]) + "\n"}  # same extraction, same score, other bytes
-    assert gsm8k.scores_of(a) == gsm8k.scores_of(b)
+    assert lmeval.scores_of(a) == lmeval.scores_of(b)
     result = compare(a, b)
     assert not result.passed and [d["doc_id"] for d in result.differences] == [0]
     assert "strict-match" in result.summary and "!=" not in result.summary
@@ -349,10 +349,10 @@ def test_long_responses_are_cut_in_markdown_only(tmp_path: Path) -> None:
 
 def test_records_round_trip(tmp_path: Path) -> None:
     recs = recs_from_fixture()
-    assert gsm8k.read_records(gsm8k.write_records(tmp_path / "g.jsonl", recs)) == recs
+    assert lmeval.read_records(lmeval.write_records(tmp_path / "g.jsonl", recs)) == recs
     (tmp_path / "bad.jsonl").write_text(json.dumps(recs[0]) + "\n{truncated\n")
     with pytest.raises(Gsm8kError, match="line 2"):
-        gsm8k.read_records(tmp_path / "bad.jsonl")
+        lmeval.read_records(tmp_path / "bad.jsonl")
 
 
 def test_markdown_shows_each_pair_from_its_first_difference() -> None:

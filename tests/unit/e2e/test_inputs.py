@@ -9,22 +9,22 @@ import sys
 
 import pytest
 
-from moegate.e2e import datasets, prompts
-from moegate.e2e.datasets import DataError
+from moegate.builds.planted import make_build
+from moegate.e2e import gsm8k_files, prompts
+from moegate.e2e.gsm8k_files import DataError
 from moegate.serve.build import Build, BuildError
 from moegate.serve.server import Server, ServerError, resolve_model
-from moegate.vllm.planted import make_build
 
 
 def test_a_gsm8k_file_with_another_checksum_is_refused(tmp_path):
     (tmp_path / "test.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
     with pytest.raises(DataError, match="sha256"):
-        datasets.gsm8k_file("test.jsonl", tmp_path)
+        gsm8k_files.gsm8k_file("test.jsonl", tmp_path)
 
 
 def test_a_missing_gsm8k_file_names_where_it_looked(tmp_path):
     with pytest.raises(DataError, match=f"{tmp_path}.*missing"):
-        datasets.gsm8k_file("train.jsonl", tmp_path)
+        gsm8k_files.gsm8k_file("train.jsonl", tmp_path)
 
 
 def _records(*texts: str) -> io.BytesIO:

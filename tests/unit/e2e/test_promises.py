@@ -13,11 +13,11 @@ import sys
 import numpy as np
 import pytest
 
-from moegate.e2e import data as e2e
-from moegate.e2e import goldens
-from moegate.e2e.greedy import Completion
+from moegate.e2e import golden_records
+from moegate.e2e import run_data as e2e
+from moegate.e2e.greedy_passes import Completion
 from moegate.e2e.rules import equivalent, golden, identical, implied_by_identical, judge, noise, other_promise
-from moegate.e2e.scoring import Composition, Scored, TokenSeq
+from moegate.e2e.teacher_forced import Composition, Scored, TokenSeq
 from moegate.e2e.verdict import GateResult
 from moegate.serve.build import Build
 from tests.support import ROOT
@@ -253,7 +253,7 @@ def test_a_key_without_a_golden_passes_with_the_command_that_blesses_it(tmp_path
 def test_strict_goldens_fail_a_key_without_a_golden(tmp_path):
     row = _golden_row(tmp_path, strict=True)
     assert not row.passed and row.summary.startswith("FAIL (--strict-goldens): no golden for this key")
-    assert goldens.BLESS in row.summary
+    assert golden_records.BLESS in row.summary
 
 
 @pytest.mark.parametrize(
@@ -348,3 +348,25 @@ def test_compare_puts_the_starts_note_on_an_identical_page_of_compiled_servers_o
         pages[name] = report.read_text()
     assert "two starts of one build can compute differently" in pages["graphs"]
     assert "two starts of one build can compute differently" not in pages["eager"]
+
+
+def test_compare_on_data_the_rules_cannot_judge_writes_the_page_with_the_reason_and_exits_2(tmp_path):
+    """``compare`` goes through ``run``'s verdict pipeline: a reference re-rounding that moved nothing cannot judge
+    ``equivalent``, and the page says so, as ``run``'s does (before, ``compare`` printed the line and left no page)."""
+    raw = tmp_path / "run"
+    raw.mkdir()
+    data, base, pr, ref = _world(0.01, ref_noise=0.0)
+    for run in (base, pr, ref):
+        e2e.write_raw(run, raw)
+    e2e.write_scores(data, raw)
+    report = tmp_path / "page.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "moegate.e2e", "compare", f"--raw={raw}", "--base=base", "--pr=pr",
+         f"--model={tmp_path}", "--gates=greedy", "--promise=equivalent", f"--golden-dir={tmp_path / 'golden'}",
+         f"--report={report}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("moegate.e2e: --promise equivalent: the reference re-rounding (reference) changed no")
+    assert line.removeprefix("moegate.e2e: ") in report.read_text()

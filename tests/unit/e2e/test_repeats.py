@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moegate.e2e import data as e2e
+from moegate.e2e import run_data as e2e
 from moegate.e2e import stats
-from moegate.e2e.greedy import Completion
+from moegate.e2e.greedy_passes import Completion
 from moegate.e2e.rules import identical, judge, noise, repeats
-from moegate.e2e.scoring import Composition, Scored, TokenSeq
+from moegate.e2e.teacher_forced import Composition, Scored, TokenSeq
 from moegate.e2e.verdict import GateResult
 from moegate.serve.build import Build
 

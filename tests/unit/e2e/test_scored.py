@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from moegate.e2e import data as e2e_data
+from moegate.e2e import run_data as e2e_data
 from moegate.e2e import stats
 from moegate.e2e.rules import greedy as greedy_rule
 from moegate.e2e.rules import gsm8k as gsm8k_rule
 from moegate.e2e.rules import identical, noise
-from moegate.e2e.scoring import Composition, Scored, ScoringError, TokenSeq, parse_prompt_logprobs
+from moegate.e2e.teacher_forced import Composition, Scored, ScoringError, TokenSeq, parse_prompt_logprobs
 from moegate.e2e.verdict import GateResult
 
 
@@ -205,7 +205,7 @@ def test_the_tie_bound_is_twice_the_runs_largest_same_build_change():
 def _decoded(data: e2e_data.ScoreData, seq_id: str, moved: dict[int, float]) -> list:
     """The greedy record of a sequence's continuation: each token decoded at its prefill log-probability, but
     ``moved`` (position: change), as a decode step computing it another way would report."""
-    from moegate.e2e.greedy import Completion
+    from moegate.e2e.greedy_passes import Completion
 
     seq = next(s for s in data.sequences if s.seq_id == seq_id)
     lps = data.scores["base"][0][seq_id].logprobs

@@ -12,8 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from moegate.e2e import stats
-from moegate.e2e.stats import Divergence, SeqScores, decide, mcnemar, needed_questions, needed_sequences
+from moegate.e2e import paired, stats
+from moegate.e2e.paired import mcnemar, needed_questions
+from moegate.e2e.stats import Divergence, SeqScores, decide, needed_sequences
 
 TOKENS = 91
 """Tokens per sequence in the H200 measurement (4,377 scored tokens over 48 sequences)."""
@@ -117,7 +118,7 @@ def test_needed_sequences_follows_the_normal_formula():
     rng = np.random.default_rng(6)
     shifts = rng.normal(0, sigma, 2000)
     n = needed_sequences(shifts, TOKENS)
-    z = stats._z(1 - stats.ALPHA_SHIFT / 2) + stats._z(stats.POWER)
+    z = stats.normal_quantile(1 - stats.ALPHA_SHIFT / 2) + stats.normal_quantile(stats.POWER)
     want = (z * float(np.sqrt(np.mean(shifts**2))) / (stats.DETECT_NATS_PER_TOKEN * TOKENS)) ** 2 / 0.864
     assert n == math.ceil(want)
     assert needed_sequences(shifts * 2, TOKENS) > n  # more noise, more sequences
@@ -184,8 +185,8 @@ def test_mcnemar_false_alarm_rate_under_symmetric_noise():
         truth = rng.random(n) < 0.5
         a = {i: int(truth[i] ^ (rng.random() < 0.06)) for i in range(n)}
         b = {i: int(truth[i] ^ (rng.random() < 0.06)) for i in range(n)}
-        alarms += mcnemar(a, b).p < stats.ALPHA_GSM8K / 2
-    assert alarms / runs <= _allowance(stats.ALPHA_GSM8K / 2, runs)
+        alarms += mcnemar(a, b).p < paired.ALPHA_GSM8K / 2
+    assert alarms / runs <= _allowance(paired.ALPHA_GSM8K / 2, runs)
 
 
 def test_mcnemar_finds_a_ten_point_drop_at_250_questions():
@@ -194,12 +195,12 @@ def test_mcnemar_finds_a_ten_point_drop_at_250_questions():
     for _ in range(50):
         a = {i: int(rng.random() < 0.60) for i in range(n)}
         b = {i: int(a[i] and rng.random() > 1 / 6) for i in range(n)}  # 10 points fewer, all one way
-        hits += mcnemar(a, b).p < stats.ALPHA_GSM8K / 2
+        hits += mcnemar(a, b).p < paired.ALPHA_GSM8K / 2
     assert hits == 50
 
 
 def test_needed_questions_has_the_exact_minimum_and_grows_with_discordance():
-    assert needed_questions(0.0, detect=1.0) == stats.exact_min_n(stats.ALPHA_GSM8K / 2) == 9
+    assert needed_questions(0.0, detect=1.0) == stats.exact_min_n(paired.ALPHA_GSM8K / 2) == 9
     assert needed_questions(0.0, detect=0.05) >= 9 / 0.05
     assert needed_questions(0.2, detect=0.05) > needed_questions(0.06, detect=0.05)
     # the H200's 16 of 250 differing responses, taken as discordance: 5 points need 338 questions, within
@@ -209,6 +210,6 @@ def test_needed_questions_has_the_exact_minimum_and_grows_with_discordance():
 
 def test_detectable_difference_inverts_needed_questions():
     for psi in (0.0, 0.064, 0.2):
-        d = stats.detectable_difference(psi, 250)
+        d = paired.detectable_difference(psi, 250)
         assert needed_questions(psi, detect=d) <= 250 < needed_questions(psi, detect=d * 0.98)
-    assert stats.detectable_difference(0.0, 5) == math.inf
+    assert paired.detectable_difference(0.0, 5) == math.inf

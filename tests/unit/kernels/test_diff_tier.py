@@ -1,4 +1,4 @@
-"""``moegate diff`` on a CPU: two real builds (``moegate.vllm.planted`` interpreters), one worker in each, the
+"""``moegate diff`` on a CPU: two real builds (``moegate.builds.planted`` interpreters), one worker in each, the
 same cases fed to both, paired here and judged; the kernel is ``tests.support.diff_standin``'s CPU stand-in (never a
 GPU result), the planted changes the real ones. And what is not judged: other Pythons, a base that cannot start
 (exit 2), a PR that cannot (a FAIL)."""
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from moegate.builds.planted import make_build
 from moegate.core.case import MoECase, Routing
 from moegate.kernels import diff_tier
 from moegate.kernels.differential import encode, judge
 from moegate.kernels.workers import Options, Pool
-from moegate.vllm.planted import make_build
 from tests.support.diff_standin import DiffStandIn, write_site
 
 OTHER_MINOR = "3.11" if sys.version_info[:2] != (3, 11) else "3.12"

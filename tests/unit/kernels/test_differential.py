@@ -15,7 +15,7 @@ from moegate.core.case import MoECase, Quant, Routing
 from moegate.kernels import differential as d
 from moegate.kernels.check import KernelResult
 from moegate.kernels.inputs import WeightBank
-from moegate.kernels.reference import Closeness, rounding_count
+from moegate.kernels.tolerance import Closeness, rounding_count
 
 
 def _case(i: int, **kw: Any) -> MoECase:

@@ -6,7 +6,7 @@ makes. The PR builds are the same function with the real planted changes applied
 code the GPU run plants into vLLM): ``topk-order=reverse`` and ``act-fp32=silu`` (harmless), ``moe-reround=3``
 (one more rounding of every output element). Each variant runs a pool of cases once; a simulated PR is then 300
 cases drawn from its pool with a fixed seed (the gate's ``--diff-cases``) and judged as the tier judges a run.
-The GPU's own figures come from ``tools/gpu/diff.sh``; these say the rule does what it is derived to do.
+The GPU's own figures come from ``lab/gpu/diff.sh``; these say the rule does what it is derived to do.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 import torch
 
+from moegate.builds.planted import PLANT_EXPERTS_SOURCE, parse_bug
 from moegate.core.case import MoECase, Routing
 from moegate.core.spec import expected_path
 from moegate.kernels.check import reference_for
 from moegate.kernels.differential import MIN_RATIO, Outcome, encode, judge, outcome
 from moegate.kernels.inputs import WeightBank
-from moegate.vllm.planted import PLANT_EXPERTS_SOURCE, parse_bug
 from tests.support.diff_standin import FUSED_MOE, FUSED_MOE_SITE
 
 POOL = 120

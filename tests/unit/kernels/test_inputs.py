@@ -14,8 +14,8 @@ import math
 import torch
 
 from moegate.core.case import ALL_PLACEMENTS, ExpertMap, MoECase, Placement, Quant
+from moegate.dispatch.names import UVA_MARKER
 from moegate.kernels.inputs import WeightBank, _fp8_weights
-from moegate.vllm.names import UVA_MARKER
 
 CPU = torch.device("cpu")
 DEVICE, W13_HOST, W2_HOST, BOTH_HOST = ALL_PLACEMENTS

@@ -21,7 +21,7 @@ from moegate.core.case import ENTRYPOINTS, MoECase
 from moegate.core.tensors import torch_dtype
 from moegate.kernels.check import reference_for
 from moegate.kernels.inputs import WeightBank
-from moegate.kernels.reference import compare
+from moegate.kernels.tolerance import compare
 from moegate.strategies.kernels import biased_quant_cases, census_kernel_cases
 
 BANK = WeightBank(torch.device("cpu"), lambda w: w.clone())  # a copy stands in for the pinned UVA view

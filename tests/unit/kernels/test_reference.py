@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from moegate.core.case import SHARED_EXPERT_WEIGHT, ExpertMap, Quant
 from moegate.kernels.quant import dequantize, unpack_int4
-from moegate.kernels.reference import Reference, compare, reference_moe, tolerance
+from moegate.kernels.reference import Reference, reference_moe
+from moegate.kernels.tolerance import compare, tolerance
 
 
 def dense_moe(x, w1, w2, topk_weights, topk_ids, expert_map=None, on_input=False):

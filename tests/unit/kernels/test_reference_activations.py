@@ -19,7 +19,8 @@ import torch
 from moegate.core.activation import ACTIVATIONS, Activation
 from moegate.core.case import MoECase
 from moegate.kernels import activations
-from moegate.kernels.reference import Reference, compare, reference_moe, rounding_count
+from moegate.kernels.reference import Reference, reference_moe
+from moegate.kernels.tolerance import compare, rounding_count
 
 
 def sigmoid(v: float) -> float:

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from moegate.core.case import Quant
 from moegate.kernels.inputs import _fp8_weights
 from moegate.kernels.quant import FP8_MAX, dequantize, quantize_activation
-from moegate.kernels.reference import compare, reference_moe
+from moegate.kernels.reference import reference_moe
+from moegate.kernels.tolerance import compare
 
 PER_TENSOR, BLOCK = Quant("fp8_w8a8", 0), Quant("fp8_w8a8", 4)
 FP8_STEP = 2.0**-3  # float8_e4m3fn: 3 explicit mantissa bits
@@ -186,7 +187,7 @@ FP8_BLOCK_128 = Quant("fp8_w8a8", 128)
 
 @given(seed=st.integers(0, 2**31 - 1), quant=st.sampled_from([PER_TENSOR, FP8_BLOCK_128]))
 def test_staged_fp8_check_passes_a_faithful_kernel(seed, quant):
-    from moegate.kernels.reference import compare_fp8
+    from moegate.kernels.tolerance import compare_fp8
 
     x, w1, s1, w2, s2, w, ids = fp8_problem(seed, quant)
     out, quantized = fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, quant)
@@ -197,7 +198,7 @@ def test_staged_fp8_check_passes_a_faithful_kernel(seed, quant):
 @pytest.mark.parametrize("quant", [PER_TENSOR, FP8_BLOCK_128])
 @pytest.mark.parametrize("fault", ["wrong_expert", "drop_output_expert", "input_scale"])
 def test_staged_fp8_check_names_the_stage_a_fault_is_in(quant, fault):
-    from moegate.kernels.reference import compare_fp8
+    from moegate.kernels.tolerance import compare_fp8
 
     x, w1, s1, w2, s2, w, ids = fp8_problem(7, quant)
     out, quantized = fake_fp8_kernel(
@@ -221,7 +222,7 @@ def test_staged_fp8_check_names_the_stage_a_fault_is_in(quant, fault):
 
 
 def test_staged_fp8_check_wants_both_quantized_activations():
-    from moegate.kernels.reference import compare_fp8
+    from moegate.kernels.tolerance import compare_fp8
 
     x, w1, s1, w2, s2, w, ids = fp8_problem(1, PER_TENSOR)
     out, quantized = fake_fp8_kernel(x, w1, s1, w2, s2, w, ids, PER_TENSOR)

@@ -20,7 +20,6 @@ from scipy import stats
 from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Routing
 from moegate.kernels.check import OBSERVERS, KernelResult, run_checked
 from moegate.kernels.inputs import WeightBank
-from moegate.kernels.reference import Closeness
 from moegate.kernels.student_t import t_critical, t_two_sided
 from moegate.kernels.systematic import (
     ALPHA,
@@ -32,6 +31,7 @@ from moegate.kernels.systematic import (
     tf32,
 )
 from moegate.kernels.tally import Tally
+from moegate.kernels.tolerance import Closeness
 from tests.support.systematic import kernel_output, kernel_sum
 
 CPU = torch.device("cpu")

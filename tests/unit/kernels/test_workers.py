@@ -27,13 +27,13 @@ import torch
 
 from moegate.core.case import ALL_PLACEMENTS, ENTRYPOINTS, MoECase, Quant
 from moegate.core.spec import expected_path
+from moegate.dispatch import names
 from moegate.kernels import sweep
 from moegate.kernels.check import KernelResult, StageClock
-from moegate.kernels.reference import Closeness, rounding_count
 from moegate.kernels.resources import auto_workers, cache_entries, triton_cache_dir
 from moegate.kernels.tally import Tally, WorkerReport, merge, profile_line
+from moegate.kernels.tolerance import Closeness, rounding_count
 from moegate.kernels.workers import Options, Pool, WorkerFailed
-from moegate.vllm import names
 from tests.support import ROOT
 
 

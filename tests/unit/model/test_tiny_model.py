@@ -160,7 +160,7 @@ def test_command_line_bad_input_is_one_line_and_nonzero(tmp_path):
 
 
 def _gsm8k_train() -> Path:
-    from moegate.e2e.datasets import DataError, gsm8k_file
+    from moegate.e2e.gsm8k_files import DataError, gsm8k_file
 
     try:
         return gsm8k_file("train.jsonl")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from moegate.e2e.datasets import GSM8K_SHA256, DataError, gsm8k_file
+from moegate.e2e.gsm8k_files import GSM8K_SHA256, DataError, gsm8k_file
 from moegate.model import tiny_train
 from moegate.model.tiny_spec import BUILD_INFO, PRESETS, TRAINED_PRESETS, TinyMoESpec
 from moegate.model.tiny_train import COMMITTED_DIR, RECIPES, TrainedModelError, TrainRecipe, check_record
@@ -102,7 +102,7 @@ def test_the_environment_variable_names_another_model_and_a_wrong_one_fails(tmp_
 
 def test_the_check_command_prints_the_directory_or_one_line_and_exit_2(tmp_path):
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "moegate.model.tiny_train", *args]
+        cmd = [sys.executable, "-m", "moegate", "train-tiny", *args]
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
     ok = run()

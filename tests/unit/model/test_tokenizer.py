@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("tokenizers", reason="the tokenizer is trained with tokenizers")
 
-from moegate.e2e.datasets import DataError, gsm8k_file
+from moegate.e2e.gsm8k_files import DataError, gsm8k_file
 from moegate.model.tokenizer import SPECIAL, train_tokenizer
 
 

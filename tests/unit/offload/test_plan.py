@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from moegate.builds.planted import parse_bug
 from moegate.model.quantize import SCHEMES
 from moegate.model.tiny_spec import TinyMoESpec
 from moegate.offload.plan import RUNS, Run, budget_gb, main, met
 from moegate.offload.report import render
-from moegate.vllm.planted import parse_bug
 
 SPEC = TinyMoESpec()
 
@@ -78,7 +78,7 @@ def test_the_page_has_a_row_per_run_the_gated_count_and_each_findings_line():
     results.append(bad)
     crashed = {"run": vars(RUNS[6]), "verdict": None, "met": False, "error": "exit code 1", "log_tail": "Traceback"}
     results.append(crashed)
-    page = render({"command": "python -m moegate.offload.plan --out X", "results": results, "spec": vars(SPEC)})
+    page = render({"command": "python -m moegate offload-truth --out X", "results": results, "spec": vars(SPEC)})
     assert page.startswith("# Offload truth: vLLM 0.33.0 on NVIDIA H200")
     assert "**FAIL: 3 of 4 runs as expected**" in page and "1 measured without an expectation" in page
     assert page.count("\n| `") == len(results)

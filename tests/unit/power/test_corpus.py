@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from moegate import paths
+from moegate.census.source import CensusError, locate
 from moegate.power import corpus
 from moegate.power.corpus import Bug, CorpusError, Edit, apply_edits, parse, scope_span
 from moegate.power.corpus_cli import main
-from moegate.vllm.census.source import CensusError, locate
 
 RELEASE = "0.33.0"
 

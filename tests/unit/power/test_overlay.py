@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from moegate.builds.planted import make_build
 from moegate.power import overlay
 from moegate.power.outcome import BUILD_PYTHON
 from moegate.power.overlay import WORKDIR_PREFIX, build_overlay, clean_stale_workdirs, make_workdir
 from moegate.power.regions import FUSED_MOE, TRITON_MOE
 from moegate.power.run import ROOT, make_test_build
 from moegate.serve.processes import descendants
-from moegate.vllm.planted import make_build
 from tests.support.power import FUSED, fake_vllm
 
 # --- the overlay and the installed files ---------------------------------------------------

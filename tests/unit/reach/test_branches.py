@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from moegate.reach import branches
-from moegate.vllm import layout
+from moegate.reach import branches, layout
 from tests.support.reach import coverage_report, fake_vllm, fn
 
 FM = f"{layout.PACKAGE}/fused_moe.py"

@@ -3,7 +3,7 @@
 Read from the checkout alone (no vLLM, no GPU): the measured records in ``results/reach/``, the census golden of
 their release, ``reach/reasons.toml``. The judgement is recomputed here (``moegate.reach.evaluate``), so a reason
 edited, a record replaced or a census changed without regenerating the page fails too (the last test). The
-kernel tier's requirements are judged once a GPU record is committed (``tools/gpu/reach.sh``); until then they
+kernel tier's requirements are judged once a GPU record is committed (``lab/gpu/reach.sh``); until then they
 are skipped with that reason, never passed.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
+from moegate.census import census
 from moegate.paths import RESULTS_DIR
 from moegate.reach import evaluate, reasons
 from moegate.reach import requirements as rq
 from moegate.reach.__main__ import committed_records, read_record
 from moegate.reach.__main__ import main as reach_main
-from moegate.vllm.census import census
 
 RECORDS = committed_records(RESULTS_DIR / "reach")
 
@@ -65,7 +65,7 @@ def test_the_kernel_tiers_requirements_are_measured():
     if pending:
         pytest.skip(
             f"{len(pending)} kernel-tier requirements not measured: no GPU record in results/reach/ "
-            "(bash tools/gpu/reach.sh RESULT_DIR on the device, then python -m moegate.reach report)"
+            "(bash lab/gpu/reach.sh RESULT_DIR on the device, then python -m moegate.reach report)"
         )
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from moegate.census import census
 from moegate.core.activation import Activation
 from moegate.kernels import activations
 from moegate.kernels.reference import ON_INPUT, W13_BIAS
 from moegate.reach import requirements as rq
-from moegate.vllm.census import census
 
 
 @functools.cache

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from moegate.reach import run
-from moegate.vllm import layout
+from moegate.reach import layout, run
 from tests.support.reach import fake_vllm
 
 

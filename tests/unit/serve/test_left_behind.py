@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from moegate.dispatch.names import API_SERVER
 from moegate.serve.processes import group_alive, stop_left_behind
-from moegate.vllm.names import API_SERVER
 
 STUBBORN = (
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"

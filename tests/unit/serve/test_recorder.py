@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 import pytest
 
 from moegate.core import hashing
-from moegate.e2e import scored
-from moegate.e2e.gsm8k.output import Gsm8kRun, attach_decoded
-from moegate.e2e.scoring import Scored
+from moegate.e2e import scoring_phase
+from moegate.e2e.lmeval.output import Gsm8kRun, attach_decoded
+from moegate.e2e.teacher_forced import Scored
 from moegate.serve import recorder
 
 
@@ -155,13 +155,13 @@ def test_a_gsm8k_divergence_is_found_and_scored_on_the_decoded_ids(monkeypatch):
     def tokenize(self, text, special):
         raise AssertionError("re-tokenized although the decoded ids were recorded")
 
-    monkeypatch.setattr(scored._Side, "score", score)
-    monkeypatch.setattr(scored._Side, "tokenize", tokenize)
+    monkeypatch.setattr(scoring_phase._Side, "score", score)
+    monkeypatch.setattr(scoring_phase._Side, "tokenize", tokenize)
     base, pr = _run({7: ("p", "43 apples")}), _run({7: ("p", "43 pears")})
     base.decoded[7] = {"prompt_ids": [9, 9], "ids": [52, 51, 1]}
     pr.decoded[7] = {"prompt_ids": [9, 9], "ids": [4351, 2]}
     servers = [SimpleNamespace(url="http://127.0.0.1:1"), SimpleNamespace(url="http://127.0.0.1:2")]
-    (d,) = scored.rescore_gsm8k(servers, ("base", "pr"), base, pr)
+    (d,) = scoring_phase.rescore_gsm8k(servers, ("base", "pr"), base, pr)
     assert d["context"] == "decoded" and d["position"] == 0 and d["tokens"] == {"base": 52, "pr": 4351}
     assert asked == [(9, 9, 52), (9, 9, 52)]  # both servers score the same decoded context
 
@@ -183,12 +183,12 @@ def test_the_re_scoring_asks_two_servers_at_once_and_one_server_one_request_at_a
         (seq,) = seqs
         return {seq.seq_id: Scored(seq.seq_id, [-0.1], [1], [[(52, -0.1)]])}
 
-    monkeypatch.setattr(scored._Side, "score", score)
+    monkeypatch.setattr(scoring_phase._Side, "score", score)
     base, pr = _run({7: ("p", "a"), 8: ("p", "b")}), _run({7: ("p", "c"), 8: ("p", "d")})
     for run, ids in ((base, [52]), (pr, [53])):
         for doc in (7, 8):
             run.decoded[doc] = {"prompt_ids": [9], "ids": ids}
-    out = scored.rescore_gsm8k([SimpleNamespace(url=u) for u in urls], ("base", "pr"), base, pr)
+    out = scoring_phase.rescore_gsm8k([SimpleNamespace(url=u) for u in urls], ("base", "pr"), base, pr)
     assert [d["doc_id"] for d in out] == [7, 8]
     assert most[0] == at_once
 

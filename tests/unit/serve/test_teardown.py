@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from moegate.dispatch.names import API_SERVER
 from moegate.serve import server
 from moegate.serve.build import Build
 from moegate.serve.processes import group_alive, stop_left_behind
 from moegate.serve.server import Server, teardown_on_termination
-from moegate.vllm.names import API_SERVER
 from tests.support import ROOT
 from tests.support.fake_server import fake_python
 

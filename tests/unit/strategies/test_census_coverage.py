@@ -29,11 +29,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from moegate.census import census
+from moegate.census.syntax import is_expr
 from moegate.core.case import DTYPES, MoECase
 from moegate.strategies import moe, space
 from moegate.strategies.moe import moe_cases
-from moegate.vllm.census import census
-from moegate.vllm.census.syntax import is_expr
 
 DRAWS = 800
 ANY = moe_cases(expert_map=None, quant=None, shared=None, activation=None, bias=None, wide=True)
@@ -74,7 +74,7 @@ TUNED_SCHEME = {None: None, "fp8_w8a8": "fp8_w8a8", "int8_w8a16": "int8_w8a16", 
 def records() -> list[dict[str, Any]]:
     goldens = census.committed()
     if not goldens:
-        pytest.fail("no census golden under golden/census/: run `python -m moegate.vllm.census --bless`")
+        pytest.fail("no census golden under golden/census/: run `python -m moegate.census --bless`")
     return census.parse_golden(next(reversed(goldens.values())).read_text())
 
 

@@ -206,7 +206,7 @@ def test_a_gsm8k_download_that_is_not_the_published_file_fails_the_step_and_expo
 
 
 def test_the_published_gsm8k_files_are_exported_to_the_later_steps(tmp_path):
-    from moegate.e2e.datasets import DataError, gsm8k_file
+    from moegate.e2e.gsm8k_files import DataError, gsm8k_file
 
     try:
         source = gsm8k_file("train.jsonl").parent

@@ -15,7 +15,7 @@ from moegate.ab.__main__ import parser as ab_parser
 from moegate.ab.__main__ import plan_of
 from moegate.cli.gate import parser as gate_parser
 from moegate.e2e.__main__ import _parser as e2e_parser
-from moegate.e2e.datasets import gsm8k_dir
+from moegate.e2e.gsm8k_files import gsm8k_dir
 from moegate.preflight.cli import parser as preflight_parser
 from tooling.ci import gpu_leg
 

@@ -48,7 +48,7 @@ def test_every_environment_is_built_from_pyproject():
     assert nox_envs.UNIT_PYTHONS == ["3.11", "3.12"]  # the classifiers
 
 
-@pytest.mark.parametrize("path", ["noxfile.py", "tooling/nox_envs.py", "tooling/nox_builds.py"])
+@pytest.mark.parametrize("path", ["noxfile.py", "tooling/nox_envs.py", "tooling/nox_builds.py", "tooling/nox_runs.py"])
 def test_the_sessions_pin_no_package_of_their_own(path):
     """A pinned requirement in the noxfile or its environment code would be a second source beside pyproject.toml."""
     source = (ROOT / path).read_text()

@@ -36,7 +36,7 @@ def test_the_command_line_prints_what_the_sessions_use():
 
 def test_the_flag_order_the_e2e_goldens_are_keyed_by_is_kept():
     """The e2e goldens' names carry a hash of the server flags: the composed strings are the ones they were blessed
-    under (moegate/e2e/goldens.py)."""
+    under (moegate/e2e/golden_records.py)."""
     assert serving.CPU_SERVER_ARGS == (
         "--max-model-len 4096 --enforce-eager --dtype bfloat16 --max-num-seqs 4 --no-enable-prefix-caching"
         " --gpu-memory-utilization 0.2"
