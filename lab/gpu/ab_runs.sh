@@ -8,7 +8,7 @@
 #   models [skewed|text|both] [nosamples]
 #                   both builds (interpreters), then the models (default both): skewed ($HOME/wide) and/or text
 #                   ($HOME/wide-text, with its fit check, and its two routing samples unless `nosamples`: they are
-#                   deterministic and committed in results/ab-text-routing/routing-wide-text-greedy.json.xz); sha256 of every file;
+#                   deterministic; kept at git show 37892ec:results/ab-text-routing/routing-wide-text-greedy.json.xz); sha256 of every file;
 #                   $OUT/models.tgz. `models text nosamples`: about 220 s.
 #   aa [eager]      the A/A of issue 31: 0.33.0 against itself on $HOME/wide-text, served as the change description
 #                   served (CUDA graphs on), the plan `text` judges by (a first look at 2 starts a build, up to 3:
@@ -30,7 +30,7 @@
 # `aa` and `text` measure the runner first (moegate preflight, once a run folder): the report's evidence columns
 # take its UVA read bandwidth (issue 31 item 6), and the run folder keeps the file. Their expert bytes a step come
 # from the model's greedy routing sample (--routing): `models text`'s own where it made one, else the committed one
-# (results/ab-text-routing/routing-wide-text-greedy.json.xz: the sample is deterministic for the model's sha256, results/ab-text-routing.md).
+# (git show 37892ec:results/ab-text-routing/routing-wide-text-greedy.json.xz: the sample is deterministic for the model's sha256, results/ab-text-routing.md).
 # AB_TIMEOUT_S bounds the driver (default 520: with the 45 s of `timeout -k` it stays inside a 600-s call; a
 # timed-out driver stops its server within seconds and keeps every finished start).
 # The data goes where the earlier runs read it (.gpu/data/...), so their workload line is the same.
@@ -73,7 +73,7 @@ routing() {  # the greedy routing sample of $HOME/wide-text for the evidence col
     local f=$HOME/models-out/routing-wide-text-greedy.json
     if [ ! -f "$f" ]; then
         f=$HOME/routing-wide-text-greedy.json
-        [ -s "$f" ] || xz -dc "$ROOT/results/ab-text-routing/routing-wide-text-greedy.json.xz" >"$f" 2>/dev/null || rm -f "$f"
+        [ -s "$f" ] || { git -C "$ROOT" show 37892ec:results/ab-text-routing/routing-wide-text-greedy.json.xz | xz -dc >"$f"; } 2>/dev/null || rm -f "$f"
     fi
     if [ -s "$f" ]; then ROUTE=(--routing "$f"); else echo "ab_runs.sh: no routing sample: expert bytes from the uniform model"; fi
 }
