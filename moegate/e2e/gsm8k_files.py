@@ -1,8 +1,8 @@
 """Where the e2e tier's data comes from, checked before use; never copied into the project.
 
-GSM8K is read from the shared folder beside the checkout (``../shared/data/gsm8k``),
-from ``MOEGATE_GSM8K_DIR``, or from an explicit option; each file's sha256 must be the
-one its source published (``shared/data/gsm8k/README.md``), so a truncated or edited
+GSM8K is read from an explicit option, from ``MOEGATE_GSM8K_DIR``, or from the folder
+``moegate fetch-gsm8k`` fills; each file's sha256 must be the one its authors published
+(``GSM8K_SHA256``), so a truncated or edited
 copy is one clear error instead of a silently different benchmark.
 """
 
