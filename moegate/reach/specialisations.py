@@ -65,7 +65,10 @@ def _kernel_name(jit_function: Any, name: str, vllm_root: Path | None) -> str:
     code = getattr(getattr(jit_function, "fn", None), "__code__", None)
     qual = getattr(getattr(jit_function, "fn", None), "__qualname__", name)
     if code is not None and vllm_root is not None:
-        for file, root in ((Path(code.co_filename), vllm_root), (Path(code.co_filename).resolve(), vllm_root.resolve())):
+        for file, root in (
+            (Path(code.co_filename), vllm_root),
+            (Path(code.co_filename).resolve(), vllm_root.resolve()),
+        ):
             with contextlib.suppress(ValueError):
                 return f"{file.relative_to(root).as_posix()}::{qual}"
     module = getattr(jit_function, "module", None) or "?"
