@@ -41,7 +41,14 @@ class KernelResult:
         )
 
 
-def reference_for(case: MoECase, t: CaseTensors) -> Reference:
+def reference_for(
+    case: MoECase,
+    t: CaseTensors,
+    without: frozenset[str] = frozenset(),
+    k_blocks: tuple[int, int] | None = None,
+) -> Reference:
+    """The torch reference of ``case`` on its inputs; ``without`` and ``k_blocks`` as ``reference_moe`` takes them
+    (the reach report's conditions: the reference with one of its conditions left out)."""
     return reference_moe(
         t.hidden_states,
         t.w1,
@@ -56,6 +63,8 @@ def reference_for(case: MoECase, t: CaseTensors) -> Reference:
         activation=case.activation,
         w1_bias=t.w1_bias,
         w2_bias=t.w2_bias,
+        without=without,
+        k_blocks=k_blocks,
     )
 
 

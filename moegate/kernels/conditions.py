@@ -33,7 +33,8 @@ from moegate.core.index_width import INT32_LIMIT, kernel_extent, row_width
 from moegate.core.tensors import CaseTensors, torch_dtype
 from moegate.kernels import activations
 from moegate.kernels import reference as ref_mod
-from moegate.kernels.reference import Reference, reference_moe
+from moegate.kernels.check import reference_for
+from moegate.kernels.reference import Reference
 from moegate.kernels.tolerance import compare
 
 INDEX_BOUNDARY = "64-bit row index"
@@ -65,23 +66,7 @@ def _has_tail(case: MoECase, block_k: tuple[int, int]) -> bool:
 
 
 def _reference(case: MoECase, t: CaseTensors, without: frozenset[str], block_k: tuple[int, int] | None) -> Reference:
-    return reference_moe(
-        t.hidden_states,
-        t.w1,
-        t.w2,
-        t.topk_weights,
-        t.topk_ids,
-        expert_map=t.expert_map,
-        apply_router_weight_on_input=case.apply_router_weight_on_input,
-        quant=case.quant,
-        w1_scale=t.w1_scale,
-        w2_scale=t.w2_scale,
-        activation=case.activation,
-        w1_bias=t.w1_bias,
-        w2_bias=t.w2_bias,
-        without=without,
-        k_blocks=block_k,
-    )
+    return reference_for(case, t, without, block_k)
 
 
 def _index_boundary_matters(case: MoECase, t: CaseTensors) -> bool:
