@@ -33,12 +33,12 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from moegate.census.census import parse_golden
 from moegate.census.watch import watched_paths
+from moegate.core.golden_files import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CENSUS_DIR = ROOT / "golden" / "census"
@@ -100,18 +100,6 @@ def reaching(changed: Iterable[str], moe_paths: Iterable[str]) -> list[str]:
     return sorted({p for p in changed if any(p == m or (m.endswith("/") and p.startswith(m)) for m in listed)})
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tooling.ci.moe_paths", description=__doc__.splitlines()[0])
     ap.add_argument("command", nargs="?", choices=["match"], help="match: the changed paths (stdin) that reach it")
@@ -132,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"moegate: {exc}", file=sys.stderr)
         return 2
     if args.write:
-        _atomic_write(args.list, text)
+        atomic_write(args.list, text)
         print(f"{args.list}: {len(text.splitlines()) - 3} paths from {census.name}", file=sys.stderr)
     elif args.check:
         if not args.list.is_file() or args.list.read_text(encoding="utf-8") != text:
