@@ -2,7 +2,7 @@
 
     corpus check  --vllm-python PY [--site DIR]...          every re-plant applies to the installed vLLM, parses
                                                             and changes its file (no tests run)
-    corpus run    --vllm-python PY [--site DIR]... --out DIR [--tiers dispatch|dispatch,kernels] [--jobs N]
+    corpus run    --vllm-python PY [--site DIR]... --out DIR [--tiers dispatch|kernels,diff|...] [--jobs N]
                   [--budget-s S] [--timeout-s S] [--min-start-s S] [--only ID]... [--full]
                                                             each bug's build through `moegate gate` (moegate.power.corpus_run)
     corpus report RUN_DIR... [--out FILE]                   the page of one or more runs (moegate.power.corpus_report)
@@ -31,7 +31,10 @@ from moegate.power.corpus_run import Plan, run
 from moegate.power.errors import PowerError
 from moegate.power.run import probe_package_dir
 
-TIERS = ("dispatch", "dispatch,kernels")
+TIERS = ("dispatch", "dispatch,kernels", "dispatch,kernels,diff", "kernels", "kernels,diff")
+"""What a corpus gate may run: the dispatch tier (a CPU can), the kernel tier (a GPU), and the differential tier against
+the baseline's build (a GPU; it needs the kernel tier's leg). Kills by the dispatch tier are the CPU run's, so a GPU
+run may leave it out (``kernels,diff``) and the report reads both runs."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,7 +48,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--only", action="append", default=[], help="this bug only (repeatable)")
     r = sub.choices["run"]
     r.add_argument("--out", type=Path, required=True, help="where each bug's log, JUnit and result, and the summary go")
-    r.add_argument("--tiers", default="dispatch", choices=TIERS, help="the gate's tiers (dispatch,kernels needs a GPU)")
+    r.add_argument("--tiers", default="dispatch", choices=TIERS, help="the gate's tiers (kernels and diff need a GPU)")
     r.add_argument("--jobs", type=int, default=1, help="gates side by side (at most 4 on one GPU)")
     r.add_argument("--budget-s", type=float, default=3600.0, help="wall seconds for the whole run")
     r.add_argument("--timeout-s", type=float, default=1800.0, help="wall seconds for one gate")

@@ -251,3 +251,15 @@ def test_the_diff_tier_gates_each_bug_against_the_baseline_build(tmp_path: Path)
     )
     with pytest.raises(corpus_run.CorpusError):
         corpus_run.gate_command("/p", "kernels,diff", tmp_path, "x", False)
+
+
+@pytest.mark.parametrize("tiers", ["dispatch", "dispatch,kernels,diff", "kernels,diff"])
+def test_the_command_line_takes_the_tiers_the_device_script_passes(tiers: str) -> None:
+    """lab/gpu/corpus.sh passes ``dispatch,kernels,diff`` by default and ``kernels,diff`` where the CPU run holds the
+    dispatch tier's kills; the command line refused the first (the 2026-12-06 H100 wave lost its corpus to it)."""
+    from moegate.power.corpus_cli import parser
+
+    args = parser().parse_args(["run", "--vllm-python", "p", "--out", "o", "--tiers", tiers])
+    assert args.tiers == tiers
+    with pytest.raises(SystemExit):
+        parser().parse_args(["run", "--vllm-python", "p", "--out", "o", "--tiers", "kernels,sweep"])
