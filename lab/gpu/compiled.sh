@@ -31,6 +31,8 @@
 # copy of the checkout leaves .gpu/ out, so give CARRY as an absolute path; lab/gpu/README.md), or call it again
 # with the same $STATE until summary.txt says "all phases done". BUDGET_S (default 570) is this call's
 # wall budget: no phase starts that cannot finish, a running one is stopped (timeout) before it runs out.
+# STOP_AFTER=build on the device: the two builds only, then exit (with ARCH given nothing touches the GPU, so it can
+# run beside a script that needs the GPU to itself); KERNELS_NEED_S (default 300): a leg starts only with that left.
 # REHEARSE=1 (the CPU rehearsal): ARCH given, no GPU, STOP_AFTER=configure|object (configure, then compile the
 # planted file's object alone, clean then with the bug).
 #
@@ -195,6 +197,10 @@ if ! done_ build-bug; then
     rm -rf "$STATE/build" && mv "$STATE/build-kept" "$STATE/build"
   fi
 fi
+if [ "${STOP_AFTER:-}" = build ]; then  # the builds only (no GPU touched: ARCH given), e.g. beside faults.sh
+  say "stopped after the builds (STOP_AFTER=build); this call $((SECONDS - t0)) s: call again with the same STATE"
+  finish 0
+fi
 for b in clean bug; do
   [ -x "$STATE/b-$b/bin/python" ] || python3 -m moegate.builds.planted "$STATE/b-$b" --python python3 \
     --site "$STATE/site-$b" --site "$SITE" >"$R/planted-$b.log" 2>&1 || fail "build b-$b: see planted-$b.log"
@@ -222,7 +228,7 @@ k_args=()
 if [ -n "$KERNELS_K" ]; then k_args=(-- -- -k "$KERNELS_K"); fi
 for b in clean bug; do
   done_ "kernels-$b" && continue
-  phase "kernels-$b" 300 python3 -m tooling.ci.gpu_leg kernels --builds "$STATE/builds-$b.json" --reports "$R/kernels-$b" \
+  phase "kernels-$b" "${KERNELS_NEED_S:-300}" python3 -m tooling.ci.gpu_leg kernels --builds "$STATE/builds-$b.json" --reports "$R/kernels-$b" \
     --min-kernel-tests "$MIN_KERNEL_TESTS" "${k_args[@]}"
   rc=$?
   want=0

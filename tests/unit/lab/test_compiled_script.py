@@ -91,7 +91,9 @@ def _carry(tmp_path: Path) -> Path:
     return tmp_path / "carry.tar.xz"
 
 
-def _run(tmp_path: Path, budget: int = 600, **env: str) -> tuple[list[list[str]], subprocess.CompletedProcess[str]]:
+def _run(
+    tmp_path: Path, budget: int = 600, script: Path = SCRIPT, **env: str
+) -> tuple[list[list[str]], subprocess.CompletedProcess[str]]:
     home, shim, cuda = tmp_path / "home", tmp_path / "bin", tmp_path / "cuda"
     if not shim.exists():
         (home / "vllm-site" / "vllm").mkdir(parents=True)
@@ -103,6 +105,7 @@ def _run(tmp_path: Path, budget: int = 600, **env: str) -> tuple[list[list[str]]
         _tool(shim / "nvcc", 'echo "nvcc"; echo "Cuda compilation tools, release 13.0, V13.0.88"; echo build')
         _tool(shim / "cmake", 'echo "cmake version 4.4.3"')
         _tool(shim / "ninja", "echo 1.13.2")
+        _tool(shim / "nvidia-smi", 'echo "9.0"')  # --query-gpu=compute_cap: no CUDA context
         for d in ("bin", "include", "lib64/stubs"):
             (cuda / d).mkdir(parents=True)
         for f in ("include/cuda_runtime.h", "include/cublas_v2.h", "include/cublas_api.h", "include/cublas.h",
@@ -116,7 +119,7 @@ def _run(tmp_path: Path, budget: int = 600, **env: str) -> tuple[list[list[str]]
         "SHIM": str(shim / "python3"), "PATH": f"{shim}:{os.environ['PATH']}", "CUDA_HOME": str(cuda),
         "CARRY": str(tmp_path / "carry.tar.xz"), "BUDGET_S": str(budget), "JOBS": "16", **env,
     }  # fmt: skip
-    proc = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "result")], cwd=ROOT, env=full, capture_output=True,
+    proc = subprocess.run(["bash", str(script), str(tmp_path / "result")], cwd=ROOT, env=full, capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return calls, proc
@@ -169,6 +172,21 @@ def test_a_call_short_of_budget_stops_before_a_phase_and_the_next_call_goes_on_f
     assert all(c[-4:] == ["--", "--", "-k", "test_output_matches_reference"] for c in legs) and len(legs) == 2
     calls, proc = _run(tmp_path, budget=600)  # everything done: nothing is built or run again
     assert not [c for c in calls if "rebuild-moe" in c or "tooling.ci.gpu_leg" in c]
+
+
+def test_the_builds_alone_touch_no_gpu_and_a_later_call_runs_the_probe_and_legs_on_them(tmp_path):
+    """compiled_build.sh builds beside faults.sh, which needs the GPU to itself: the architecture from nvidia-smi, no
+    torch, no probe, no leg; compiled.sh with the same STATE then runs the probe and both legs without building."""
+    _carry(tmp_path)
+    calls, proc = _run(tmp_path, script=SCRIPT.with_name("compiled_build.sh"))
+    assert proc.returncode == 0, proc.stderr
+    assert len([c for c in calls if "rebuild-moe" in c]) == 2
+    cuda = [c for c in calls if c[:1] == ["-c"] and "cuda" in c[1]]  # the architecture from torch, the probe
+    assert not cuda and not [c for c in calls if c[:2] == ["-m", "tooling.ci.gpu_leg"]]
+    assert "stopped after the builds (STOP_AFTER=build)" in (tmp_path / "result" / "summary.txt").read_text()
+    calls, proc = _run(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not [c for c in calls if "rebuild-moe" in c] and len([c for c in calls if "tooling.ci.gpu_leg" in c]) == 2
 
 
 def test_what_the_script_needs_and_lacks_is_one_line_and_exit_2(tmp_path):
