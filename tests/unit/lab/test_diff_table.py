@@ -77,3 +77,31 @@ def test_every_pair_diff_sh_runs_has_its_expectation():
     script = (Path(diff_table.__file__).parent / "diff.sh").read_text()
     assert "pairs=(same moe-reround topk-order act-fp32)" in script
     assert set(diff_table.EXPECT) == {"same", "moe-reround", "topk-order", "act-fp32"}
+
+
+def test_the_rate_the_cases_imply_is_holms_chance_to_reject_any_group_as_a_simulation_of_the_tier_finds():
+    """The formula against the tier's own Holm step on simulated runs: groups of 40 and 25 cases, each case worse than
+    the base with chance 0.45 and 0.3 (a harmless PR's shares are well under 1/2: the margin)."""
+    import random
+
+    from moegate.kernels.paired import binomial_tail, holm
+
+    sizes, q = {"bf16 sorted": 40, "fp8 naive": 25}, {"bf16 sorted": 0.45, "fp8 naive": 0.3}
+    rng, runs, fails = random.Random(7), 20_000, 0
+    for _ in range(runs):
+        ps = {g: binomial_tail(sum(rng.random() < q[g] for _ in range(n)), n) for g, n in sizes.items()}
+        fails += bool(holm(ps))
+    modelled = diff_table.run_fail_chance(sizes, q)
+    assert abs(modelled - fails / runs) < 4 * math.sqrt(modelled * (1 - modelled) / runs) + 1e-4
+    assert diff_table.run_fail_chance(sizes, {g: 0.5 for g in sizes}) <= diff_table.ALPHA  # H0's edge: at most alpha
+    assert diff_table.run_fail_chance(sizes, {g: 0.0 for g in sizes}) == 0.0
+
+
+def test_a_pair_that_must_pass_gets_the_rate_its_cases_imply_and_one_that_must_fail_does_not(tmp_path):
+    same, worse = tmp_path / "same.json", tmp_path / "moe-reround.json"
+    same.write_text(json.dumps(_report(1.0, 4)))
+    worse.write_text(json.dumps(_report(1.5, 3)))
+    assert diff_table.main([str(same), str(worse), "--out", str(tmp_path / "diff")]) == 0
+    rows = {r["pair"]: r for r in json.loads((tmp_path / "diff.json").read_text())}
+    assert 0.0 <= rows["same"]["modelled_false_fail"] < rows["same"]["equivalent_false_fail_upper"]
+    assert "modelled_false_fail" not in rows["moe-reround"]
