@@ -20,6 +20,9 @@
 #   POWER_SITE   cosmic-ray's site (default $HOME/power-site; without it the power re-run is skipped, and says how to
 #                get it: ../shared/tools/gpu-wheelhouse.sh .gpu/power "cosmic-ray>=8.7,<9" here, its install there)
 #   TRITON_CACHE_DIR  shared by every gate (default $HOME/triton-corpus): an unedited kernel compiles once
+#   CORPUS_JOBS, CORPUS_TIERS  JOBS and TIERS for this script alone, where a wave's other scripts read those names
+#                (compiled.sh's JOBS is nvcc's, reach.sh's TIERS its own): e.g. CORPUS_TIERS=kernels,diff beside the CPU
+#                run, which holds the dispatch tier's kills
 #   ONLY         bug ids to run (space-separated; default every bug); PYTHON (python3) and TIERS (dispatch,kernels,diff: the leg's differential tier against the baseline build):
 #                for a rehearsal on a CPU (PYTHON=a vLLM env's python, VLLM_SITE=its site-packages, TIERS=dispatch)
 #
@@ -40,7 +43,7 @@ out=${1:-${OUT:-}}
 [ -n "$out" ] || { echo "corpus.sh: usage: bash lab/gpu/corpus.sh RESULT_DIR" >&2; exit 2; }
 [ -f lab/gpu/corpus.sh ] || { echo "corpus.sh: run it from the checkout's root" >&2; exit 2; }
 budget=${BUDGET_S:-2400}
-jobs=${JOBS:-3}
+jobs=${CORPUS_JOBS:-${JOBS:-3}}
 site=${VLLM_SITE:-$HOME/vllm-site}
 [[ $budget =~ ^[0-9]+$ && $jobs =~ ^[1-4]$ ]] || { echo "corpus.sh: BUDGET_S is whole seconds, JOBS 1 to 4" >&2; exit 2; }
 [ -d "$site/vllm" ] || { echo "corpus.sh: no vllm package in VLLM_SITE=$site (install the 0.33.0 bundle there)" >&2; exit 2; }
@@ -60,10 +63,11 @@ echo "corpus.sh: $(date -u '+%F %T') UTC, budget ${budget} s (corpus ${corpus_bu
     tee "$out/summary.txt"
 only=()
 for id in ${ONLY:-}; do only+=(--only "$id"); done
-MOEGATE_CORPUS_COMMAND="bash lab/gpu/corpus.sh RESULT_DIR (JOBS=$jobs, BUDGET_S=$budget${ONLY:+, ONLY=$ONLY})" \
+tiers=${CORPUS_TIERS:-${TIERS:-dispatch,kernels,diff}}
+MOEGATE_CORPUS_COMMAND="bash lab/gpu/corpus.sh RESULT_DIR (JOBS=$jobs, TIERS=$tiers, BUDGET_S=$budget${ONLY:+, ONLY=$ONLY})" \
     timeout --signal=TERM --kill-after=30 $((corpus_budget + 60)) \
     "${PYTHON:-python3}" -m moegate power corpus run --vllm-python "${PYTHON:-python3}" --site "$site" \
-    --tiers "${TIERS:-dispatch,kernels,diff}" --jobs "$jobs" --budget-s "$corpus_budget" --timeout-s 1500 \
+    --tiers "$tiers" --jobs "$jobs" --budget-s "$corpus_budget" --timeout-s 1500 \
     --min-start-s 240 "${only[@]}" --out "$out/corpus" >"$out/corpus.log" 2>&1
 rc=$?
 echo "corpus: exit $rc (0: every baseline passed and every survivor is explained; 1: not; 2: bad input)" |

@@ -95,3 +95,12 @@ def test_without_the_power_re_run_the_corpus_gets_the_whole_budget(tmp_path: Pat
 def test_bad_input_is_one_line_and_exit_2_before_anything_runs(tmp_path: Path, env: dict[str, str], line: str) -> None:
     proc, calls = _run(tmp_path, **env)
     assert (proc.returncode, proc.stderr.strip(), calls) == (2, line, [])
+
+
+def test_in_a_wave_its_own_jobs_and_tiers_win_over_the_names_the_other_scripts_read(tmp_path: Path) -> None:
+    """A wave sets JOBS for compiled.sh's nvcc and TIERS for reach.sh; CORPUS_JOBS and CORPUS_TIERS are the corpus's."""
+    proc, calls = _run(tmp_path, POWER="0", JOBS="16", TIERS="dispatch,kernels", CORPUS_JOBS="3",
+                       CORPUS_TIERS="kernels,diff")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    opts = dict(zip(calls[0][5::2], calls[0][6::2], strict=False))
+    assert (opts["--jobs"], opts["--tiers"]) == ("3", "kernels,diff")
