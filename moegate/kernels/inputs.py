@@ -21,6 +21,10 @@ A clamp-limited activation scales every other token's hidden state by
 ``moegate.kernels.activations.input_gain`` so its clamps bind (``token_gains``: the odd tokens stay
 at unit scale, where the SwiGLU-OAI forms' alpha matters), and the biases with the scaled ones.
 
+Static fp8 activation scales (``Quant.static_scales``) are made per case as a checkpoint's
+calibration would have left them (``static_scales``): one scale per local expert for each of the
+two quantized activations, reduced with ``.max()`` to the 0-D tensor vLLM's FP8 MoE methods pass.
+
 No vLLM import: the host view comes from the caller (``VllmTarget.host_view``).
 """
 
@@ -264,6 +268,9 @@ class WeightBank:
         if case.bias:
             g1, g2 = self.biases(case)
             b1, b2 = local(g1), local(g2)
+        a1 = a2 = None
+        if case.quant is not None and case.quant.static_scales:
+            a1, a2 = static_scales(case, hidden)
         emap = None
         if case.expert_map is not None:
             emap = torch.tensor(case.expert_map.as_list(case.num_experts), dtype=torch.int32, device=self.device)
@@ -278,8 +285,35 @@ class WeightBank:
             local(ws.w2_scale),
             b1,
             b2,
+            a1,
+            a2,
         )
         return t, w1, w2
+
+
+STATIC_HEADROOM = 0.25
+"""A calibrated input scale covers up to ``1 + STATIC_HEADROOM`` times the absolute maximum it saw (per expert)."""
+
+STATIC_ACTIVATION_AMAX = 16.0
+"""The activation's absolute maximum the second scale is calibrated for: the tier's first products are O(1), so
+``silu(gate) * up`` reaches about 10 over a batch; larger values saturate (the reference clamps them too)."""
+
+
+def static_scales(case: MoECase, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """0-D float32 ``a1_scale`` and ``a2_scale`` for a static per-tensor fp8 case.
+
+    Per local expert, the input's scale is the batch's absolute maximum over 448 (the largest
+    float8_e4m3fn value) times a factor in [1, 1 + ``STATIC_HEADROOM``), so the input never
+    saturates; the activation's is ``STATIC_ACTIVATION_AMAX`` / 448 times such a factor. Both are
+    reduced with ``.max()``, as vLLM's FP8 MoE methods reduce per-expert input scales: a 0-D tensor.
+    """
+    gen = torch.Generator(device=hidden.device).manual_seed(_seed(("static scales", case.routing.seed)))
+    factors = 1.0 + STATIC_HEADROOM * torch.rand((2, case.local_experts), generator=gen, device=hidden.device)
+    fp8_max = torch.finfo(torch.float8_e4m3fn).max
+    amax = hidden.float().abs().max().clamp_min(1e-12)
+    a1 = (amax / fp8_max * factors[0]).max()
+    a2 = (STATIC_ACTIVATION_AMAX / fp8_max * factors[1]).max()
+    return a1.float(), a2.float()
 
 
 def _nbytes(t: torch.Tensor) -> int:
