@@ -255,19 +255,11 @@ def biased_quant_cases(draw: Callable[[st.SearchStrategy[Any]], Any], entrypoint
 
 
 FP8_PATH_SHAPE = BIASED_QUANT_SHAPE
-"""The one shape of the fp8 paths below: its fp8 Triton variants are the biased cases' less the bias."""
+"""The shape of the two fp8 paths below (their Triton variants are the biased cases' less the bias)."""
 
 
 @st.composite
-def clamped_block_fp8_cases(draw: Callable[[st.SearchStrategy[Any]], Any]) -> MoECase:
-    """Block-fp8 (128 x 128) weights with a clamp-limited SiLU, for the modular entrypoint.
-
-    vLLM's ``TritonExperts`` fuses the SiLU-and-mul with the fp8 block quantization for these
-    weights only when no clamp limit is set; with one it must take the unfused, clamping path
-    (vLLM #57984). The limits are the census's (``space.LIMITS``); the kernel tier's inputs scale
-    every other token by ``activations.INPUT_GAIN`` for a clamping activation, so the clamps bind.
-    The legacy entrypoint takes no clamp limit (``moegate.dispatch.calls``): modular only.
-    """
+def _fp8_path_cases(draw: Callable[[st.SearchStrategy[Any]], Any], quant: Quant, limit: bool) -> MoECase:
     experts, hidden, inter = FP8_PATH_SHAPE
     return MoECase(
         num_tokens=draw(st.integers(1, MAX_KERNEL_TOKENS)),
@@ -275,35 +267,24 @@ def clamped_block_fp8_cases(draw: Callable[[st.SearchStrategy[Any]], Any]) -> Mo
         num_experts=experts,
         hidden=hidden,
         intermediate=inter,
-        dtype="bfloat16",
         placement=draw(st.sampled_from(ALL_PLACEMENTS)),
         routing=draw(routings()),
-        quant=Quant("fp8_w8a8", FP8_BLOCK),
-        activation=Activation("silu", limit=draw(st.sampled_from(space.LIMITS))),
+        quant=quant,
+        activation=Activation("silu", limit=draw(st.sampled_from(space.LIMITS))) if limit else Activation(),
     )
 
 
-@st.composite
-def static_fp8_cases(draw: Callable[[st.SearchStrategy[Any]], Any]) -> MoECase:
-    """Per-tensor fp8 weights with static activation scales (0-D tensors), for either entrypoint.
+def clamped_block_fp8_cases() -> st.SearchStrategy[MoECase]:
+    """Block-fp8 (128 x 128) weights with a clamp-limited SiLU (the census's limits), for the modular entrypoint
+    (the legacy one takes no limit): vLLM's fused SiLU + block-quant kernel has no clamp, so TritonExperts
+    must not take it then (vLLM #57984). The inputs make the clamps bind (``activations.INPUT_GAIN``)."""
+    return _fp8_path_cases(Quant("fp8_w8a8", FP8_BLOCK), True)
 
-    vLLM's FP8 MoE methods reduce a checkpoint's per-expert input scales with ``.max()``, a 0-D
-    tensor, which the Triton launcher must reshape to one element (vLLM #40857); dynamic scales
-    come back from the quantizer with one element already. No expert map (the legacy entrypoint's
-    per-tensor fp8 rule above), plain SiLU.
-    """
-    experts, hidden, inter = FP8_PATH_SHAPE
-    return MoECase(
-        num_tokens=draw(st.integers(1, MAX_KERNEL_TOKENS)),
-        top_k=draw(st.sampled_from((1, 2, 4, 8))),
-        num_experts=experts,
-        hidden=hidden,
-        intermediate=inter,
-        dtype="bfloat16",
-        placement=draw(st.sampled_from(ALL_PLACEMENTS)),
-        routing=draw(routings()),
-        quant=Quant("fp8_w8a8", FP8_PER_TENSOR, static_scales=True),
-    )
+
+def static_fp8_cases() -> st.SearchStrategy[MoECase]:
+    """Per-tensor fp8 with static 0-D activation scales (``Quant.static_scales``), for either entrypoint and
+    without an expert map: the launcher must reshape a 0-D scale (vLLM #40857)."""
+    return _fp8_path_cases(Quant("fp8_w8a8", FP8_PER_TENSOR, static_scales=True), False)
 
 
 __all__ = [

@@ -20,10 +20,7 @@ stay on the device, as vLLM keeps them (the UVA offloader moves the expert weigh
 A clamp-limited activation scales every other token's hidden state by
 ``moegate.kernels.activations.input_gain`` so its clamps bind (``token_gains``: the odd tokens stay
 at unit scale, where the SwiGLU-OAI forms' alpha matters), and the biases with the scaled ones.
-
-Static fp8 activation scales (``Quant.static_scales``) are made per case as a checkpoint's
-calibration would have left them (``static_scales``): one scale per local expert for each of the
-two quantized activations, reduced with ``.max()`` to the 0-D tensor vLLM's FP8 MoE methods pass.
+Static fp8 activation scales (``Quant.static_scales``): ``static_scales``.
 
 No vLLM import: the host view comes from the caller (``VllmTarget.host_view``).
 """
@@ -291,29 +288,19 @@ class WeightBank:
         return t, w1, w2
 
 
-STATIC_HEADROOM = 0.25
-"""A calibrated input scale covers up to ``1 + STATIC_HEADROOM`` times the absolute maximum it saw (per expert)."""
-
 STATIC_ACTIVATION_AMAX = 16.0
-"""The activation's absolute maximum the second scale is calibrated for: the tier's first products are O(1), so
-``silu(gate) * up`` reaches about 10 over a batch; larger values saturate (the reference clamps them too)."""
+"""What the static activation scale is calibrated for: ``silu(gate) * up`` of the tier's O(1) products stays near
+10; a larger value saturates, in the reference too."""
 
 
 def static_scales(case: MoECase, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """0-D float32 ``a1_scale`` and ``a2_scale`` for a static per-tensor fp8 case.
-
-    Per local expert, the input's scale is the batch's absolute maximum over 448 (the largest
-    float8_e4m3fn value) times a factor in [1, 1 + ``STATIC_HEADROOM``), so the input never
-    saturates; the activation's is ``STATIC_ACTIVATION_AMAX`` / 448 times such a factor. Both are
-    reduced with ``.max()``, as vLLM's FP8 MoE methods reduce per-expert input scales: a 0-D tensor.
-    """
+    """0-D ``a1_scale``, ``a2_scale``: per local expert, the batch's (input) or ``STATIC_ACTIVATION_AMAX``'s
+    (activation) absolute maximum over 448 times a factor in [1, 1.25) (the input never saturates), reduced
+    with ``.max()`` as vLLM's FP8 MoE methods reduce per-expert input scales."""
     gen = torch.Generator(device=hidden.device).manual_seed(_seed(("static scales", case.routing.seed)))
-    factors = 1.0 + STATIC_HEADROOM * torch.rand((2, case.local_experts), generator=gen, device=hidden.device)
-    fp8_max = torch.finfo(torch.float8_e4m3fn).max
+    factors = 1.0 + 0.25 * torch.rand((2, case.local_experts), generator=gen, device=hidden.device)
     amax = hidden.float().abs().max().clamp_min(1e-12)
-    a1 = (amax / fp8_max * factors[0]).max()
-    a2 = (STATIC_ACTIVATION_AMAX / fp8_max * factors[1]).max()
-    return a1.float(), a2.float()
+    return (amax / 448.0 * factors[0]).max(), (STATIC_ACTIVATION_AMAX / 448.0 * factors[1]).max()
 
 
 def _nbytes(t: torch.Tensor) -> int:
