@@ -67,6 +67,7 @@ from moegate.core.case import (
     Placement,
     Quant,
 )
+from moegate.strategies import space
 from moegate.strategies.moe import SCHEME_FAMILIES, moe_cases, routings
 from moegate.strategies.moe import activations as moe_activations
 
@@ -253,15 +254,51 @@ def biased_quant_cases(draw: Callable[[st.SearchStrategy[Any]], Any], entrypoint
     )
 
 
+FP8_PATH_SHAPE = BIASED_QUANT_SHAPE
+"""The shape of the two fp8 paths below (their Triton variants are the biased cases' less the bias)."""
+
+
+@st.composite
+def _fp8_path_cases(draw: Callable[[st.SearchStrategy[Any]], Any], quant: Quant, limit: bool) -> MoECase:
+    experts, hidden, inter = FP8_PATH_SHAPE
+    return MoECase(
+        num_tokens=draw(st.integers(1, MAX_KERNEL_TOKENS)),
+        top_k=draw(st.sampled_from((1, 2, 4, 8))),
+        num_experts=experts,
+        hidden=hidden,
+        intermediate=inter,
+        placement=draw(st.sampled_from(ALL_PLACEMENTS)),
+        routing=draw(routings()),
+        quant=quant,
+        activation=Activation("silu", limit=draw(st.sampled_from(space.LIMITS))) if limit else Activation(),
+    )
+
+
+def clamped_block_fp8_cases() -> st.SearchStrategy[MoECase]:
+    """Block-fp8 (128 x 128) weights with a clamp-limited SiLU (the census's limits), for the modular entrypoint
+    (the legacy one takes no limit): vLLM's fused SiLU + block-quant kernel has no clamp, so TritonExperts
+    must not take it then (vLLM #57984). The inputs make the clamps bind (``activations.INPUT_GAIN``)."""
+    return _fp8_path_cases(Quant("fp8_w8a8", FP8_BLOCK), True)
+
+
+def static_fp8_cases() -> st.SearchStrategy[MoECase]:
+    """Per-tensor fp8 with static 0-D activation scales (``Quant.static_scales``), for either entrypoint and
+    without an expert map: the launcher must reshape a 0-D scale (vLLM #40857)."""
+    return _fp8_path_cases(Quant("fp8_w8a8", FP8_PER_TENSOR, static_scales=True), False)
+
+
 __all__ = [
     "BIASED_QUANT_SHAPE",
     "BIG_SHAPE",
     "CENSUS_SHAPES",
     "FP8_BLOCKS",
+    "FP8_PATH_SHAPE",
     "MAX_KERNEL_TOKENS",
     "WNA16_GROUP_SIZES",
     "biased_quant_cases",
     "census_kernel_cases",
+    "clamped_block_fp8_cases",
     "group_sizes",
     "kernel_cases",
+    "static_fp8_cases",
 ]

@@ -116,14 +116,24 @@ class Quant:
     activation scale per call), > 0 is block-wise (``block_shape=[g, g]``:
     one weight scale per g x g tile, one activation scale per token and g
     columns). fp8 never triggers the wNa16 clause, whatever its block shape.
+
+    ``static_scales`` (fp8 per-tensor only): the activation scales are given rather than
+    computed in the call, as 0-D tensors, the way vLLM's FP8 MoE methods reduce a
+    checkpoint's per-expert input scales with ``.max()``. False, the default, serializes
+    exactly as before the field existed.
     """
 
     scheme: str
     group_size: int
+    static_scales: bool = False
 
     def __post_init__(self) -> None:
         if self.scheme not in QUANT_SCHEMES:
             raise ValueError(f"unknown quantization scheme {self.scheme!r}; expected one of {QUANT_SCHEMES}")
+        if self.static_scales and (self.scheme != "fp8_w8a8" or self.group_size > 0):
+            raise ValueError(
+                f"static activation scales are fp8_w8a8 per-tensor only, not {self.scheme}/g{self.group_size}"
+            )
 
     @property
     def weight_only(self) -> bool:
@@ -312,7 +322,9 @@ class MoECase:
         if self.expert_map is not None:
             bits.append(f"ep={self.expert_map.ep_rank}/{self.expert_map.ep_size}")
         if self.quant is not None:
-            bits.append(f"quant={self.quant.scheme}/g{self.quant.group_size}")
+            bits.append(
+                f"quant={self.quant.scheme}/g{self.quant.group_size}" + ("/static" if self.quant.static_scales else "")
+            )
         if self.activation != Activation():
             bits.append(f"activation={self.activation.label}")
         if self.bias:
@@ -320,9 +332,12 @@ class MoECase:
         return " ".join(bits)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON; ``shared_experts``, ``activation`` and ``bias`` appear only when not the default,
-        so older reproducers stay identical (and an activation lists only the parameters it has)."""
+        """Plain data for JSON; ``shared_experts``, ``activation``, ``bias`` and a quantization's ``static_scales``
+        appear only when not the default, so older reproducers stay identical (and an activation lists only the
+        parameters it has)."""
         d = dataclasses.asdict(self)
+        if d["quant"] is not None and not d["quant"]["static_scales"]:
+            del d["quant"]["static_scales"]
         d["routing"]["kind"] = self.routing.kind.value
         if not self.shared_experts:
             del d["shared_experts"]

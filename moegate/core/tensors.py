@@ -38,6 +38,8 @@ class CaseTensors:
     w2_scale: torch.Tensor | None = None
     w1_bias: torch.Tensor | None = None  # [E_local, w13 rows] in the compute dtype
     w2_bias: torch.Tensor | None = None  # [E_local, K]
+    a1_scale: torch.Tensor | None = None  # fp8 static activation scales (``Quant.static_scales``): 0-D float32
+    a2_scale: torch.Tensor | None = None
 
 
 def torch_dtype(name: str) -> torch.dtype:

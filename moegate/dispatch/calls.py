@@ -46,9 +46,10 @@ class EntrypointCalls:
             return getattr(cfg, names.BIASED_QUANT_CONFIG)(**biases) if biases else cfg.FUSED_MOE_UNQUANTIZED_CONFIG
         if not case.quant.weight_only:
             # dynamic activation scales (a1/a2 None): what vLLM's fp8 MoE method passes for
-            # checkpoints without static activation scales
+            # checkpoints without static activation scales; static ones (Quant.static_scales): 0-D tensors
+            statics = {"a1_scale": t.a1_scale, "a2_scale": t.a2_scale} if case.quant.static_scales else {}
             return cfg.fp8_w8a8_moe_quant_config(
-                w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=self.block_shape(case), **biases
+                w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=self.block_shape(case), **biases, **statics
             )
         g = case.quant.group_size
         if g > 0 or not self.finish:
@@ -188,8 +189,9 @@ class EntrypointCalls:
             hidden = hidden * t.topk_weights.to(hidden.dtype)
         if case.quant is not None and not case.quant.weight_only:
             # the modular kernel's prepare step quantizes the input before the experts run
+            # with the layer's static input scale where it has one (the quant config's a1_scale)
             hidden, a1q_scale = getattr(self.tm, names.QUANTIZE_INPUT)(
-                hidden, None, self.fp8_dtype(), False, self.block_shape(case)
+                hidden, t.a1_scale, self.fp8_dtype(), False, self.block_shape(case)
             )
         experts.apply(
             output,
@@ -202,7 +204,7 @@ class EntrypointCalls:
             case.total_experts,
             t.expert_map,
             a1q_scale,
-            None,
+            t.a2_scale,  # the modular kernel passes the experts' a2_scale (the quant config's): None unless static
             workspace13,
             workspace2,
             None,

@@ -65,6 +65,8 @@ def reference_for(
         w2_bias=t.w2_bias,
         without=without,
         k_blocks=k_blocks,
+        a1_scale=t.a1_scale,
+        a2_scale=t.a2_scale,
     )
 
 

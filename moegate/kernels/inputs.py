@@ -20,6 +20,7 @@ stay on the device, as vLLM keeps them (the UVA offloader moves the expert weigh
 A clamp-limited activation scales every other token's hidden state by
 ``moegate.kernels.activations.input_gain`` so its clamps bind (``token_gains``: the odd tokens stay
 at unit scale, where the SwiGLU-OAI forms' alpha matters), and the biases with the scaled ones.
+Static fp8 activation scales (``Quant.static_scales``): ``static_scales``.
 
 No vLLM import: the host view comes from the caller (``VllmTarget.host_view``).
 """
@@ -264,6 +265,9 @@ class WeightBank:
         if case.bias:
             g1, g2 = self.biases(case)
             b1, b2 = local(g1), local(g2)
+        a1 = a2 = None
+        if case.quant is not None and case.quant.static_scales:
+            a1, a2 = static_scales(case, hidden)
         emap = None
         if case.expert_map is not None:
             emap = torch.tensor(case.expert_map.as_list(case.num_experts), dtype=torch.int32, device=self.device)
@@ -278,8 +282,25 @@ class WeightBank:
             local(ws.w2_scale),
             b1,
             b2,
+            a1,
+            a2,
         )
         return t, w1, w2
+
+
+STATIC_ACTIVATION_AMAX = 16.0
+"""What the static activation scale is calibrated for: ``silu(gate) * up`` of the tier's O(1) products stays near
+10; a larger value saturates, in the reference too."""
+
+
+def static_scales(case: MoECase, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """0-D ``a1_scale``, ``a2_scale``: per local expert, the batch's (input) or ``STATIC_ACTIVATION_AMAX``'s
+    (activation) absolute maximum over 448 times a factor in [1, 1.25) (the input never saturates), reduced
+    with ``.max()`` as vLLM's FP8 MoE methods reduce per-expert input scales."""
+    gen = torch.Generator(device=hidden.device).manual_seed(_seed(("static scales", case.routing.seed)))
+    factors = 1.0 + 0.25 * torch.rand((2, case.local_experts), generator=gen, device=hidden.device)
+    amax = hidden.float().abs().max().clamp_min(1e-12)
+    return (amax / 448.0 * factors[0]).max(), (STATIC_ACTIVATION_AMAX / 448.0 * factors[1]).max()
 
 
 def _nbytes(t: torch.Tensor) -> int:

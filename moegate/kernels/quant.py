@@ -63,15 +63,22 @@ def dequantize(w: torch.Tensor, scale: torch.Tensor, quant: Quant, *, zero_point
     return q.float() * s
 
 
-def fp8_quantize(x: torch.Tensor, quant: Quant) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp8 dynamic quantization of ``x`` [rows, cols]: (float8_e4m3fn values, float32 scales).
+def fp8_quantize(x: torch.Tensor, quant: Quant, scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp8 quantization of ``x`` [rows, cols]: (float8_e4m3fn values, float32 scales).
 
-    Per-tensor (group size <= 0): one scale, shape [1]. Block-wise: one scale per
-    row and ``group_size`` columns, shape [rows, ceil(cols / group_size)]. The
+    Dynamic (``scale`` None): per-tensor (group size <= 0) one scale, shape [1]; block-wise
+    one scale per row and ``group_size`` columns, shape [rows, ceil(cols / group_size)]. The
     scale maps the absolute maximum to ``FP8_MAX``; values are multiplied by its
-    reciprocal, clamped and rounded to nearest.
+    reciprocal, clamped and rounded to nearest. Static (``scale`` given, per-tensor only):
+    values are divided by that scale, clamped to the fp8 range (a value past ``FP8_MAX``
+    times the scale saturates) and rounded to nearest; the scale comes back as shape [1].
     """
     x = x.float()
+    if scale is not None:
+        if quant.group_size > 0:
+            raise ValueError("static activation scales are per-tensor only")
+        s = scale.float().reshape(1)
+        return (x / s).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), s
     if quant.group_size > 0:
         g = quant.group_size
         rows, cols = x.shape
@@ -86,9 +93,9 @@ def fp8_quantize(x: torch.Tensor, quant: Quant) -> tuple[torch.Tensor, torch.Ten
     return q, scale
 
 
-def quantize_activation(x: torch.Tensor, quant: Quant) -> torch.Tensor:
-    """``x`` [rows, cols] after fp8 dynamic quantization (``fp8_quantize``) and back, in float32."""
-    q, scale = fp8_quantize(x, quant)
+def quantize_activation(x: torch.Tensor, quant: Quant, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """``x`` [rows, cols] after fp8 quantization (``fp8_quantize``: dynamic, or static with ``scale``) and back, in float32."""
+    q, scale = fp8_quantize(x, quant, scale)
     return dequantize_activation(q, scale, quant.group_size)[0]
 
 

@@ -139,8 +139,11 @@ def _reference_fp8(
     w1_bias: torch.Tensor | None,
     w2_bias: torch.Tensor | None,
     drop: _Without,
+    a_scales: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
 ) -> Reference:
     """fp8_w8a8: both activations quantized as the module docstring says, in two passes.
+
+    ``a_scales``: static activation scales of the input and of the activation (None: dynamic).
 
     The second quantization's per-tensor scale spans every routed pair, so all
     first products are computed before any second product. The router weight on
@@ -152,7 +155,7 @@ def _reference_fp8(
     m, k = hidden_states.shape
     top_k = ids.shape[1]
     n = w2.shape[2]
-    xq = drop.first(quantize_activation(hidden_states, quant))
+    xq = drop.first(quantize_activation(hidden_states, quant, a_scales[0]))
     act = torch.zeros((m, top_k, n), dtype=torch.float32, device=xq.device)
     experts = torch.unique(ids[ids >= 0]).tolist()
     for e in experts:
@@ -163,7 +166,7 @@ def _reference_fp8(
             h = h * weights[tok, slot].unsqueeze(1)
         h = h.to(cdtype).float()  # the kernel stores the first product in the compute dtype
         act[tok, slot] = activations.apply(h, activation, drop.act).to(cdtype).float()
-    aq = drop.second(quantize_activation(act.reshape(m * top_k, n), quant).reshape(m, top_k, n))
+    aq = drop.second(quantize_activation(act.reshape(m * top_k, n), quant, a_scales[1]).reshape(m, top_k, n))
     out = torch.zeros((m, k), dtype=torch.float32, device=xq.device)
     mag = torch.zeros_like(out)
     for e in experts:
@@ -220,8 +223,12 @@ def reference_moe(
     w2_bias: torch.Tensor | None = None,
     without: frozenset[str] = frozenset(),
     k_blocks: tuple[int, int] | None = None,
+    a1_scale: torch.Tensor | None = None,
+    a2_scale: torch.Tensor | None = None,
 ) -> Reference:
     """The fused-MoE output in float32, looping over the routed local experts.
+
+    ``a1_scale``, ``a2_scale``: fp8's static activation scales (``moegate.kernels.quant.fp8_quantize``).
 
     One loop step per routed expert (not per pair), so a 128-expert, hidden-2048
     layer costs a few small matmuls on whatever device the inputs are on. ``without``
@@ -256,6 +263,7 @@ def reference_moe(
             w1_bias,
             w2_bias,
             drop,
+            (a1_scale, a2_scale),
         )
     out = torch.zeros((m, k), dtype=torch.float32, device=x.device)
     mag = torch.zeros_like(out)

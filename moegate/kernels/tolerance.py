@@ -54,6 +54,11 @@ the kernel actually used (the adapter records vLLM's quantized activations):
    activation to the compute dtype and the fp8 products' accumulation;
 3. second product: from the kernel's quantized activation, the usual rule.
 
+Stages 1 and 2 compare with the value saturated at the fp8 range of its scale
+(``448 s``): a static activation scale (``Quant.static_scales``) can be smaller than
+a value needs, and the quantizer then clamps it; a dynamic scale covers every value,
+so there the saturation changes nothing.
+
 ``u`` is bfloat16's for every fp8 case: the modular Triton experts compute fp8
 calls in bfloat16 whatever the model dtype (``compute_type`` for an fp8
 input). ``r_in`` = ``OPERAND_ROUNDINGS["fp8"]`` counts the fp8 products'
@@ -82,7 +87,7 @@ import torch
 from moegate.core.activation import Activation
 from moegate.core.case import Quant
 from moegate.kernels import activations
-from moegate.kernels.quant import dequantize, dequantize_activation
+from moegate.kernels.quant import FP8_MAX, dequantize, dequantize_activation
 from moegate.kernels.reference import DEFAULT_ACTIVATION, Reference, check_ids, expert_bias
 
 ROUNDINGS = 4
@@ -187,6 +192,12 @@ def _staged_ratio(err: torch.Tensor, bound: torch.Tensor) -> float:
     return ratio if torch.isfinite(err).all() else float("inf")
 
 
+def _saturated(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``x`` clamped to the fp8 range under its per-element ``scale`` (the module docstring's saturation)."""
+    top = FP8_MAX * scale
+    return torch.minimum(torch.maximum(x, -top), top)
+
+
 def compare_fp8(
     output: torch.Tensor,
     hidden_states: torch.Tensor,
@@ -223,6 +234,7 @@ def compare_fp8(
     (q_in, s_in), (q_mid, s_mid) = quantized[0], quantized[1]
     x = hidden_states.float()
     xk, xs = dequantize_activation(q_in.reshape(m, k), s_in, g)
+    x = _saturated(x, xs)
     r_input = _staged_ratio((xk - x).abs(), (FP8_HALF_STEP * x.abs() + FP8_SUBNORMAL_HALF_STEP * xs) * 1.01)
 
     # 2. first product and activation, from the kernel's fp8 input
@@ -238,7 +250,7 @@ def compare_fp8(
     mid, mid_s = dequantize_activation(q_mid.reshape(m * top_k, n), s_mid, g)
     mid, mid_s = mid.reshape(m, top_k, n), mid_s.reshape(m, top_k, n)
     valid = ids >= 0  # remote pairs: never written (legacy) or zero (modular); not the kernel's output
-    a = act_ref[valid]
+    a = _saturated(act_ref[valid], mid_s[valid])
     rms = a.pow(2).mean(dim=-1, keepdim=True).sqrt()
     bound = FP8_HALF_STEP * a.abs() + FP8_SUBNORMAL_HALF_STEP * mid_s[valid] + c * u * (a.abs() + rms)
     r_mid = _staged_ratio((mid[valid] - a).abs(), bound)

@@ -140,3 +140,18 @@ def test_expert_map_keeps_shared_rows_local_after_the_routed_ones(experts, ep_si
         routed_local = em.local_count(experts)
         assert full[experts:] == list(range(routed_local, routed_local + shared))
         assert case.local_experts == routed_local + shared == max(full) + 1
+
+
+def test_static_fp8_scales_round_trip_and_leave_other_quantized_cases_as_they_serialized():
+    plain = MoECase(num_tokens=3, top_k=2, num_experts=8, quant=Quant("fp8_w8a8", 0))
+    assert '"quant":{"group_size":0,"scheme":"fp8_w8a8"}' in plain.to_json()
+    static = MoECase(num_tokens=3, top_k=2, num_experts=8, quant=Quant("fp8_w8a8", 0, static_scales=True))
+    assert '"static_scales":true' in static.to_json() and "/static" in static.short()
+    for case in (plain, static):
+        assert MoECase.from_json(case.to_json()) == case
+
+
+@pytest.mark.parametrize("quant", [("fp8_w8a8", 128), ("int8_w8a16", 0), ("int4_w4a16", 64)])
+def test_static_activation_scales_are_refused_outside_per_tensor_fp8(quant):
+    with pytest.raises(ValueError, match="static activation scales are fp8_w8a8 per-tensor only"):
+        Quant(*quant, static_scales=True)
