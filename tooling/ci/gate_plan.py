@@ -139,7 +139,7 @@ def local_spec(name: str, spec: str, wheel_dir: str = "") -> str:
     return spec
 
 
-PROMISES = ("identical", "equivalent")  # what the e2e legs hold the PR to (docs/e2e-rules.md)
+PROMISES = ("identical", "equivalent")  # what the e2e legs hold the PR to (docs/design/e2e-rules.md)
 
 
 def leg_says(tier: str, promise: str = "identical", ab_gate: bool = True, ab_gate_threshold: float = 0.03,
@@ -193,7 +193,7 @@ def plan(
     tiers = parse_tiers(tiers_text)
     promise = settings.get("promise", "identical")
     if promise not in PROMISES:
-        raise PlanError(f"promise={promise!r} is no promise; choose {' or '.join(PROMISES)} (docs/e2e-rules.md)")
+        raise PlanError(f"promise={promise!r} is no promise; choose {' or '.join(PROMISES)} (docs/design/e2e-rules.md)")
     for name, spec in (("base", base), ("pr", pr)):
         classify(name, spec)
     if "meta" in tiers and classify("base", base) == "version" and base not in META_BASES:
