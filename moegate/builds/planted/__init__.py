@@ -34,6 +34,9 @@ variable: the bug belongs to the build), and a ``.pth`` line that imports it at 
 - ``reround=K`` (harmless): the Qwen3-MoE block's output times ``K`` and divided by ``K`` again in the
   model's dtype: the same mathematics, two more roundings (a power of two: bit-identical);
 - ``reround-attn=K`` (harmless): the same on the attention block's output;
+- ``dispatch=ignore-host``: the choice between the naive and the sorted path no longer asks whether the expert
+  weights are host-resident (vLLM's ``_weights_host_resident`` answers False at both entrypoints), as 0.32.0 chose:
+  a planted dispatch bug, which the dispatch tier sees on a CPU;
 - ``workspace=G``: the fused-MoE experts allocate ``G`` GiB of workspace on every call: more than the GPU has, the
   build's own out-of-memory error (``lab/gpu/faults.sh``).
 - inside the fused-MoE experts, for the differential kernel tier (``plant_experts.py``, copied beside the plant):
@@ -79,9 +82,10 @@ FACTOR_KINDS = ("naive-scale", "naive-top1", "naive-host-top1", "reround", "rero
 """Kinds whose value is one factor, kept in the config as ``factor``."""
 KINDS = (
     "scale=F, weights=F, expert=SRC:DST, renorm=off, uva=noop|back, naive-scale=F, naive-top1=F, naive-host-top1=F,"
-    " swap-top1=LO-HI, reround=K, reround-attn=K, workspace=G, moe-reround=K, topk-order=reverse or act-fp32=silu"
+    " swap-top1=LO-HI, reround=K, reround-attn=K, workspace=G, moe-reround=K, topk-order=reverse, act-fp32=silu"
+    " or dispatch=ignore-host"
 )
-FIXED_KINDS = {"topk-order": "reverse", "act-fp32": "silu"}
+FIXED_KINDS = {"topk-order": "reverse", "act-fp32": "silu", "dispatch": "ignore-host"}
 """Kinds with one value each (the experts' harmless re-implementations)."""
 HARMLESS = ("reround", "reround-attn", "topk-order", "act-fp32")
 """Kinds that change roundings only, not the mathematics: a harmless change, for the ``equivalent`` promise."""

@@ -43,6 +43,8 @@ the build then reports, as a dev build would: no numerics change):
   most about one unit in the last place, of either sign (a power of two is exact: bit-identical);
 - ``reround-attn`` (harmless): the same on the attention block's output (``Qwen3MoeAttention``), as another
   attention kernel rounds differently;
+- ``dispatch`` (``ignore-host``): vLLM's residency check (``_weights_host_resident``, in both entrypoint modules)
+  answers False, so the naive/sorted choice ignores host-resident weights as 0.32.0's did: a dispatch bug;
 - ``workspace`` (an out-of-memory error of the build's own), ``moe-reround`` (a loss of accuracy), ``topk-order``
   and ``act-fp32`` (harmless): inside the fused-MoE experts (``plant_experts.py``, copied beside this file).
 
@@ -74,6 +76,7 @@ GATE_LINEAR = "vllm.model_executor.layers.fused_moe.router.gate_linear"
 UVA_OFFLOADER = "vllm.model_executor.offloader.uva"
 LOADER_UTILS = "vllm.model_executor.model_loader.utils"
 UVA_MARKER = "_vllm_is_uva_offloaded"
+HOST_CHECK = "_weights_host_resident"  # 0.33.0's residency check, in fused_moe.py and imported by triton_moe.py
 MARK = "_moegate_planted"
 
 
@@ -310,6 +313,13 @@ def _reround_attn(module: Any) -> str:
     return _rerounded(module.Qwen3MoeAttention, float(CONFIG["factor"]))
 
 
+def _ignore_host(module: Any) -> str:
+    """Both entrypoints' modules hold the residency check under this name (the modular one imports it)."""
+    getattr(module, HOST_CHECK)  # AttributeError where the release moved it: the import stops, nothing is assumed
+    setattr(module, HOST_CHECK, lambda *weights: False)
+    return f"{HOST_CHECK} answers False: the naive/sorted choice ignores host-resident weights"
+
+
 PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
     "scale": {QWEN3_MOE: _scale},
     "expert": {FUSED_MOE: _expert, TRITON_MOE: _expert},
@@ -323,6 +333,7 @@ PATCHES: dict[str, dict[str, Callable[[Any], str]]] = {
     "swap-top1": {GATE_LINEAR: _swap_top1},
     "reround": {QWEN3_MOE: _reround},
     "reround-attn": {QWEN3_MOE: _reround_attn},
+    "dispatch=ignore-host": {FUSED_MOE: _ignore_host, TRITON_MOE: _ignore_host},
     **moegate_planted_experts.patches(CONFIG),
 }
 """Patches by bug: its kind, or kind=value where the value picks a different patch."""

@@ -171,6 +171,39 @@ def test_a_planted_wrong_expert_remaps_only_host_resident_sorted_blocks(tmp_path
     assert proc.stdout.splitlines() == ["[1, 2, 3] [0, 2, 3] [0, 2]"] * 2
 
 
+HOST_CHECK_STANDIN = """
+def _weights_host_resident(*weights):
+    return any(getattr(w, "_vllm_is_uva_offloaded", False) for w in weights)
+
+def choose(w1, w2):
+    return "sorted" if _weights_host_resident(w1, w2) else "naive"
+"""
+HOST_CHECK_IMPORTER = """
+from vllm.model_executor.layers.fused_moe.fused_moe import _weights_host_resident
+
+def choose(w1, w2):
+    return "sorted" if _weights_host_resident(w1, w2) else "naive"
+"""
+
+
+@pytest.mark.parametrize("bug", [None, "dispatch=ignore-host"])
+def test_a_planted_dispatch_bug_ignores_host_resident_weights_at_both_entrypoints(tmp_path, bug):
+    """As 0.33.0 lays it out: fused_moe.py holds the check, triton_moe.py imports it by name; both answer False."""
+    site = tmp_path / "site"
+    _standin(site, "vllm.model_executor.layers.fused_moe.fused_moe", HOST_CHECK_STANDIN)
+    _standin(site, "vllm.model_executor.layers.fused_moe.experts.triton_moe", HOST_CHECK_IMPORTER)
+    python = make_build(tmp_path / "b", sys.executable, sites=[str(site)], bug=bug)
+    code = (
+        "from vllm.model_executor.layers.fused_moe import fused_moe as f\n"
+        "from vllm.model_executor.layers.fused_moe.experts import triton_moe as t\n"
+        "class W:\n    _vllm_is_uva_offloaded = True\n"
+        "print(f.choose(W(), object()), t.choose(W(), object()), f.choose(object(), object()))"
+    )
+    proc = _run(python, code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == (["sorted", "sorted", "naive"] if bug is None else ["naive", "naive", "naive"])
+
+
 def test_a_planted_renormalisation_error_drops_renormalize(tmp_path):
     site = tmp_path / "site"
     _standin(site, "vllm.model_executor.layers.fused_moe.router.fused_topk_router", TOPK_STANDIN)
