@@ -29,8 +29,8 @@
 # preview), summary.txt. Exit 0 when it ran, whatever the tiers' verdict (the record carries pytest's status);
 # 2 when it could not run (no vLLM site, no coverage.py, a layout the report does not know): summary.txt says why.
 #
-# Then, on the lead's machine: cp RESULT_DIR/reach-*.json results/reach/ && python -m moegate.reach report
-# (it rewrites results/reach.md and results/reach.json from every record in results/reach/), review, commit.
+# Then, on the lead's machine: xz -9 -c RESULT_DIR/reach-*.json > results/reach/NAME.json.xz && python -m moegate.reach
+# report (it rewrites results/reach.md and results/reach.json.xz from every record in results/reach/), review, commit.
 set -uo pipefail
 out=${1:?usage: bash lab/gpu/reach.sh RESULT_DIR}
 mkdir -p "$out"

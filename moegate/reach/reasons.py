@@ -46,7 +46,7 @@ class Reason:
     kind: str
     why: str
     where: tuple[str, ...] = ()
-    line: str | None = None
+    line: tuple[str, ...] = ()  # any of these texts; empty: every line
     items: tuple[str, ...] = ()
     absent: tuple[tuple[str, Any], ...] = ()
 
@@ -57,7 +57,7 @@ class Reason:
     def covers_branch(self, rel: str, qualname: str, text: str) -> bool:
         if not any(matches(p, rel, qualname) for p in self.where):
             return False
-        return self.line is None or self.line in text
+        return not self.line or any(t in text for t in self.line)
 
     def covers_item(self, label: str) -> bool:
         return label in self.items
@@ -101,6 +101,10 @@ def parse(text: str, source: str = "reasons.toml") -> list[Reason]:
             raise ReasonsError(f"{where}: a reason needs its why (which hardware, which feature, which census fact)")
         if not entry.get("where") and not entry.get("items"):
             raise ReasonsError(f"{where}: covers nothing (give where = [...] or items = [...])")
+        line = entry.get("line", ())
+        line = (line,) if isinstance(line, str) else line
+        if not isinstance(line, list | tuple) or not all(isinstance(t, str) and t for t in line):
+            raise ReasonsError(f"{where}: line is a text or a list of texts the branch's source line contains")
         absent = entry.get("absent", {})
         if kind == "census" and not absent:
             raise ReasonsError(f"{where}: a census reason states the census fact it rests on: absent = {{...}}")
@@ -110,7 +114,7 @@ def parse(text: str, source: str = "reasons.toml") -> list[Reason]:
                 kind,
                 " ".join(why.split()),
                 tuple(entry.get("where", ())),
-                entry.get("line"),
+                tuple(line),
                 tuple(entry.get("items", ())),
                 tuple(sorted(absent.items())),
             )

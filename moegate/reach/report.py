@@ -4,9 +4,10 @@ The page says what was measured (each run: tiers, device, profile, command), the
 or none; what is not measured yet), every census requirement with its status, the branches file by
 file (exercised, not exercised by reason kind, not exercised without a reason, each of the last listed
 with its line and the code it tests), every Triton variant compiled, every condition, and the reasons
-in use. The JSON holds all of it, each branch included: ``branches`` maps ``FILE::QUALNAME`` to its arcs
-``[from, to, taken, reason]`` (the reason's number in ``reach/reasons.toml``, or null); the source line each
-branch leaves is in the measured records (``results/reach/``).
+in use. The JSON holds all of it: ``branches`` maps ``FILE::QUALNAME`` of a reached function to its arcs
+``[from, to, taken, reason]`` (the reason's number in ``reach/reasons.toml``, or null), of a function no run
+reached to its untaken branches counted by reason (``"none"``: without one; each arc is in the records, so the
+committed JSON stays small); the source line each branch leaves is in the measured records (``results/reach/``).
 """
 
 from __future__ import annotations
@@ -105,19 +106,41 @@ def _branches(ev: Evaluation) -> list[str]:
 
 
 def _specialisations(ev: Evaluation) -> list[str]:
+    """One row a kernel: its variants summed up (each variant is in the JSON's ``specialisations``).
+
+    A row per variant made the page 120 KB for one GPU run's 215 variants; the summary keeps what a reader
+    checks against the requirements: each flag's values and which parameters were specialised in all, some or
+    none of the variants.
+    """
     lines = ["## Specialisations", ""]
     specs = ev.measured.specialisations
     if specs is None:
         return lines + ["Not measured: no run compiled the kernel tier's Triton kernels (a CUDA GPU).", ""]
     lines += [
-        f"{len(specs)} Triton kernel variants compiled (tuning values left out):",
+        (
+            f"{len(specs)} Triton kernel variants compiled (tuning values left out; each one in `reach.json.xz`, "
+            "`specialisations`). Per kernel: each flag's values over its variants, and the parameters Triton "
+            "specialised as divisible by 16 (or equal to 1) in every variant or in some only:"
+        ),
         "",
-        "| kernel | flags | divisible by 16 | equal to 1 |",
-        "| --- | --- | --- | --- |",
+        "| kernel | variants | flags (values seen) | divisible by 16: in all | in some | equal to 1: in some |",
+        "| --- | ---: | --- | --- | --- | --- |",
     ]
+    by_kernel: dict[str, list[dict[str, Any]]] = {}
     for v in specs:
-        flags = ", ".join(f"{k}={x}" for k, x in sorted(v["flags"].items()))
-        lines.append(f"| `{v['kernel']}` | {flags} | {', '.join(v['divisible'])} | {', '.join(v.get('ones', []))} |")
+        by_kernel.setdefault(v["kernel"], []).append(v)
+    for kernel, vs in sorted(by_kernel.items()):
+        values: dict[str, set[str]] = {}
+        for v in vs:
+            for k, x in v["flags"].items():
+                values.setdefault(k, set()).add(str(x))
+        flags = "; ".join(f"{k}={'/'.join(sorted(x))}" for k, x in sorted(values.items()))
+        div = [set(v["divisible"]) for v in vs]
+        every, some = set.intersection(*div), set.union(*div)
+        ones = set().union(*(v.get("ones", []) for v in vs))
+        cells = [f"`{kernel}`", str(len(vs)), flags, ", ".join(sorted(every)), ", ".join(sorted(some - every)),
+                 ", ".join(sorted(ones))]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -193,18 +216,19 @@ def to_json(ev: Evaluation, census: str) -> dict[str, Any]:
             }
             for s in ev.items
         ],
-        "branches": {
-            key: {
-                "reached": bool(m.functions[key]["executed"]),
-                "arcs": [[a, b, int(t), r.index if r else None] for a, b, t, r in rows],
-            }
-            for key, rows in ev.arcs.items()
-        },
+        "branches": {key: _branch_json(bool(m.functions[key]["executed"]), rows) for key, rows in ev.arcs.items()},
         "triton_kernels": m.triton,
         "specialisations": m.specialisations,
         "conditions": m.conditions,
         "reasons": [{"index": r.index, "kind": r.kind, "why": r.why} for r in ev.reasons],
     }
+
+
+def _branch_json(reached: bool, rows: list[tuple[int, int, bool, Any]]) -> dict[str, Any]:
+    """A reached function's arcs ``[from, to, taken, reason]``; an unreached one's untaken count by reason."""
+    if reached:
+        return {"reached": True, "arcs": [[a, b, int(t), r.index if r else None] for a, b, t, r in rows]}
+    return {"reached": False, "untaken": dict(Counter(str(r.index) if r else "none" for *_, r in rows))}
 
 
 def write(path: Path, text: str) -> None:

@@ -29,6 +29,12 @@ def test_a_reason_covers_branches_by_file_function_and_the_line_they_leave():
     assert reasons.first([rocm, census], branch=("a.py", "f", "if is_rocm():")) is rocm
 
 
+def test_a_reason_with_a_list_of_lines_covers_a_branch_leaving_any_of_them_and_no_other():
+    (both,) = reasons.parse('[[reason]]\nkind = "scope"\nwhy = "x"\nwhere = ["a.py::f"]\nline = ["is_xpu", "is_tpu"]')
+    assert both.covers_branch("a.py", "f", "if is_xpu():") and both.covers_branch("a.py", "f", "elif is_tpu():")
+    assert not both.covers_branch("a.py", "f", "if is_cuda():") and not both.covers_branch("b.py", "f", "if is_xpu():")
+
+
 def test_a_census_reason_is_contradicted_by_a_record_that_matches_what_it_says_is_absent():
     _, census = reasons.parse(GOOD)
     assert reasons.contradicted(census, [{"kind": "tuned", "dtype": "int8_w8a8", "lookup": False}]) == []
@@ -44,6 +50,7 @@ def test_a_census_reason_is_contradicted_by_a_record_that_matches_what_it_says_i
         ('kind = "scope"\nwhy = "x"', "covers nothing"),
         ('kind = "census"\nwhy = "x"\nwhere = ["*"]', "states the census fact"),
         ('kind = "scope"\nwhy = "x"\nwhere = ["*"]\nwhen = "later"', "unknown field"),
+        ('kind = "scope"\nwhy = "x"\nwhere = ["*"]\nline = ["ok", ""]', "line is a text or a list of texts"),
     ],
 )
 def test_a_bad_entry_is_refused_with_its_number(entry, message):
