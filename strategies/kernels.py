@@ -259,7 +259,9 @@ FP8_PATH_SHAPE = BIASED_QUANT_SHAPE
 
 
 @st.composite
-def _fp8_path_cases(draw: Callable[[st.SearchStrategy[Any]], Any], quant: Quant, limit: bool) -> MoECase:
+def _fp8_path_cases(
+    draw: Callable[[st.SearchStrategy[Any]], Any], quant: Quant, limit: bool, oai: bool = False
+) -> MoECase:
     experts, hidden, inter = FP8_PATH_SHAPE
     return MoECase(
         num_tokens=draw(st.integers(1, MAX_KERNEL_TOKENS)),
@@ -270,7 +272,13 @@ def _fp8_path_cases(draw: Callable[[st.SearchStrategy[Any]], Any], quant: Quant,
         placement=draw(st.sampled_from(ALL_PLACEMENTS)),
         routing=draw(routings()),
         quant=quant,
-        activation=Activation("silu", limit=draw(st.sampled_from(space.LIMITS))) if limit else Activation(),
+        activation=(
+            Activation("swigluoai_uninterleave", limit=draw(st.sampled_from(space.LIMITS)), alpha=1.702, beta=1.0)
+            if oai
+            else Activation("silu", limit=draw(st.sampled_from(space.LIMITS)))
+            if limit
+            else Activation()
+        ),
     )
 
 
@@ -279,6 +287,13 @@ def clamped_block_fp8_cases() -> st.SearchStrategy[MoECase]:
     (the legacy one takes no limit): vLLM's fused SiLU + block-quant kernel has no clamp, so TritonExperts
     must not take it then (vLLM #57984). The inputs make the clamps bind (``activations.INPUT_GAIN``)."""
     return _fp8_path_cases(Quant("fp8_w8a8", FP8_BLOCK), True)
+
+
+def block_fp8_oai_cases() -> st.SearchStrategy[MoECase]:
+    """Block-fp8 weights with gpt-oss's SwiGLU (a clamp limit, alpha 1.702, beta 1) at the modular entrypoint: vLLM's
+    fp8 methods hand the limit, alpha and beta to the experts in the quantization config as well (gemm1_*), a path
+    of ``ApplyMoEActivationConfig.from_configs`` no unquantized case takes (the reach report's)."""
+    return _fp8_path_cases(Quant("fp8_w8a8", FP8_BLOCK), True, oai=True)
 
 
 def static_fp8_cases() -> st.SearchStrategy[MoECase]:
@@ -296,6 +311,7 @@ __all__ = [
     "MAX_KERNEL_TOKENS",
     "WNA16_GROUP_SIZES",
     "biased_quant_cases",
+    "block_fp8_oai_cases",
     "census_kernel_cases",
     "clamped_block_fp8_cases",
     "group_sizes",

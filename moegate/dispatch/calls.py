@@ -10,6 +10,7 @@ under its recorders.
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 import torch
@@ -48,8 +49,14 @@ class EntrypointCalls:
             # dynamic activation scales (a1/a2 None): what vLLM's fp8 MoE method passes for
             # checkpoints without static activation scales; static ones (Quant.static_scales): 0-D tensors
             statics = {"a1_scale": t.a1_scale, "a2_scale": t.a2_scale} if case.quant.static_scales else {}
-            return cfg.fp8_w8a8_moe_quant_config(
-                w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=self.block_shape(case), **biases, **statics
+            make_fp8 = cfg.fp8_w8a8_moe_quant_config
+            return make_fp8(
+                w1_scale=t.w1_scale,
+                w2_scale=t.w2_scale,
+                block_shape=self.block_shape(case),
+                **biases,
+                **statics,
+                **self.gemm1_activation(case, make_fp8),
             )
         g = case.quant.group_size
         if g > 0 or not self.finish:
@@ -62,6 +69,16 @@ class EntrypointCalls:
             block_shape = None
         make = cfg.int8_w8a16_moe_quant_config if case.quant.scheme == "int8_w8a16" else cfg.int4_w4a16_moe_quant_config
         return make(w1_scale=t.w1_scale, w2_scale=t.w2_scale, block_shape=block_shape, **biases)
+
+    @staticmethod
+    def gemm1_activation(case: MoECase, make: Any) -> dict[str, float]:
+        """The activation's clamp limit, alpha and beta as vLLM's fp8 MoE methods also put them in the quantization
+        config (``gemm1_clamp_limit`` from the layer's swiglu_limit, ``gemm1_alpha``, ``gemm1_beta``), where the
+        release's config function takes them; the same values the layer config carries, so nothing numeric changes."""
+        given = {"gemm1_clamp_limit": case.activation.limit, "gemm1_alpha": case.activation.alpha,
+                 "gemm1_beta": case.activation.beta}  # fmt: skip
+        takes = inspect.signature(make).parameters
+        return {k: v for k, v in given.items() if v is not None and k in takes}
 
     def activation(self, case: MoECase) -> Any:
         """vLLM's activation enum member for the case (its name; the parameters travel in the layer config)."""
