@@ -254,26 +254,16 @@ def biased_quant_cases(draw: Callable[[st.SearchStrategy[Any]], Any], entrypoint
 
 
 WNA16_OFF_GRID_SHAPE = (8, 2880, 2880)
-"""int4 with K off the multiples of 128 for vLLM's CUDA wNa16 kernel, both GEMMs: gpt-oss's hidden size 2880
-(22.5 x 128; golden/census/) as hidden and intermediate (its TP1 split), 8 experts (small weights)."""
+"""int4 at K 2880 (gpt-oss's hidden size, 22.5 x 128) in both GEMMs; group 64: 128 does not divide 2880, and at 32
+vLLM 0.33.0 picks BLOCK_SIZE_K 96, three groups, which its CUDA kernel rejects (a crash on a clean build)."""
 WNA16_OFF_GRID_GROUP = 64
-"""The one group size of ``WNA16_GROUP_SIZES`` the CUDA kernel runs at K 2880: 128 does not divide 2880, and at 32
-vLLM 0.33.0's heuristic picks BLOCK_SIZE_K 96 (the largest multiple of 32 at most 128 that divides 2880), 3 groups a
-block, which the kernel rejects (``BLOCK_SIZE_K // group_size must be one of [1, 2, 4, 8]``): a crash on a clean build,
-left out as the module docstring leaves group 32 at the Qwen3-30B-A3B shape out. At 64 it picks 64 (one group)."""
-WNA16_CUDA_TOKENS_PER_EXPERT = 6
-"""vLLM's legacy entrypoint takes its CUDA wNa16 kernel for int4 with at most this many valid tokens per expert."""
+WNA16_CUDA_TOKENS_PER_EXPERT = 6  # at most this many pairs per expert: vLLM's legacy int4 calls take the CUDA kernel
 
 
 @st.composite
 def wna16_off_grid_cases(draw: Callable[[st.SearchStrategy[Any]], Any]) -> MoECase:
-    """int4 group-64 weights at the legacy entrypoint with K 2880 (not a multiple of 128), on the CUDA wNa16 kernel.
-
-    vLLM's block heuristic for that kernel starts BLOCK_SIZE_K at 128, which does not divide 2880; the kernel
-    requires a divisor (vLLM #30210 shrinks it to one). Tokens x top-k stay within
-    ``WNA16_CUDA_TOKENS_PER_EXPERT`` per expert so vLLM takes the CUDA kernel (``should_moe_wna16_use_cuda``),
-    not its Triton wNa16 kernel. Device weights, no expert map, no bias (the grouped kernels take none).
-    """
+    """Legacy int4 calls on vLLM's CUDA wNa16 kernel with K off the multiples of 128, whose heuristic's first
+    BLOCK_SIZE_K (128) does not divide K (vLLM #30210). Device weights, no expert map."""
     experts, hidden, inter = WNA16_OFF_GRID_SHAPE
     tokens = draw(st.integers(1, MAX_KERNEL_TOKENS))
     top_ks = [k for k in (1, 2, 3, 4, 6, 8) if tokens * k <= WNA16_CUDA_TOKENS_PER_EXPERT * experts]
@@ -291,22 +281,8 @@ def wna16_off_grid_cases(draw: Callable[[st.SearchStrategy[Any]], Any]) -> MoECa
 
 
 def shared_expert_kernel_cases(entrypoint: str) -> st.SearchStrategy[MoECase]:
-    """Fused shared-expert rows (one or two, as in DeepSeek-V2/V3, GLM-4.5, MiniMax-M3) on the kernel shapes.
-
-    Unquantized, no expert map, any placement and region: the modular call passes the routed count as vLLM's
-    layer does (``moegate.dispatch.calls.modular_global_count``), so the shared rows reach the output only where
-    the experts count w1's rows themselves (vLLM #51632).
-    """
-    if entrypoint not in ENTRYPOINTS:
-        raise ValueError(f"unknown entrypoint {entrypoint!r}; expected one of {ENTRYPOINTS}")
-    base = moe_cases(
-        expert_map=False,
-        quant=False,
-        shared=True,
-        dtype="bfloat16",  # drawn again in _supported
-        kernel_shapes=True,
-        max_tokens=MAX_KERNEL_TOKENS,
-    )
+    """Fused shared-expert rows on the kernel shapes: unquantized, no expert map (vLLM #51632)."""
+    base = moe_cases(shared=True, dtype="bfloat16", kernel_shapes=True, max_tokens=MAX_KERNEL_TOKENS)
     return _supported(base, entrypoint, False, None)
 
 

@@ -162,15 +162,8 @@ class EntrypointCalls:
     def modular(self, case: MoECase, t: CaseTensors, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         """``TritonExperts.apply`` as vLLM's modular kernel calls it.
 
-        The global count passed (to ``workspace_shapes`` and ``apply`` alike) is
-        ``modular_global_count``: without an expert map, the routed count only, as
-        vLLM's layer passes ``layer.global_num_experts`` (its config's routed
-        ``num_experts``; fused shared rows are not in it), so the experts must count
-        ``w1.shape[0]`` themselves for the shared ids to reach the alignment (vLLM
-        #51632). With an expert map, ``case.total_experts``: the whole id space, the
-        length of the map that covers the shared rows (the alignment takes it as its
-        count). The legacy entrypoint counts what it is passed, so there the shared
-        rows must be in the count for their ids to be valid to the alignment.
+        The global count passed is ``modular_global_count``'s. The legacy entrypoint counts what it
+        is passed, so there the shared rows must be in the count for their ids to be valid to the alignment.
         """
         experts = self.experts(case, t)
         activation = self.activation(case)
@@ -221,6 +214,6 @@ class EntrypointCalls:
 
 
 def modular_global_count(case: MoECase) -> int:
-    """The ``global_num_experts`` the modular call passes: the routed count without an expert map (what vLLM's
-    layer passes, fused shared rows or not), the whole id space with one (``EntrypointCalls.modular``)."""
+    """Without an expert map, the routed count, as vLLM's layer passes it (fused shared rows are not in
+    ``layer.global_num_experts``: vLLM #51632); with one, the whole id space, the map's length."""
     return case.num_experts if case.expert_map is None else case.total_experts

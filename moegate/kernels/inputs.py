@@ -73,10 +73,7 @@ class WeightSet:
 
 
 def _key(case: MoECase) -> WeightKey:
-    """What a key's weights depend on; an ungated activation's w13 has half the rows (the last field).
-
-    The first field counts w1's global rows: fused shared-expert rows are rows of their own (none: the routed
-    count, as every key had before shared rows were drawn here)."""
+    """What a key's weights depend on (w1's rows, fused shared ones too); an ungated w13 has half the rows."""
     return (case.total_experts, case.hidden, case.intermediate, case.dtype, case.quant, case.activation.gated)
 
 

@@ -3,10 +3,9 @@
 vLLM's legacy entrypoint sends int4 weights with group size 32, 64 or 128 at small
 batches (at most six valid tokens per expert) to a CUDA kernel (the modular
 ``TritonWNA16Experts`` never do) that accepts only BLOCK_SIZE_K /
-group size in 1, 2, 4, 8 and a BLOCK_SIZE_K that divides K (its checks), and picks
-BLOCK_SIZE_K by a heuristic that does not keep to the first (the kernel-tier
-benchmark crashed vLLM on an H200 with group size 32 at the Qwen3-30B-A3B shape),
-nor, before vLLM #30210, to the second (at a K off the multiples of 128). The dispatch tier asks the installed vLLM's heuristic
+group size in 1, 2, 4, 8 and a divisor of K, and picks BLOCK_SIZE_K by a heuristic
+that does not keep to the first (the kernel-tier benchmark crashed vLLM on an H200 with group size 32
+at the Qwen3-30B-A3B shape), nor, before vLLM #30210, to the second. The dispatch tier asks the installed vLLM's heuristic
 over this space (``tests/dispatch/test_kernel_configs.py``); the probe
 ``lab/gpu/probes/wna16_block_k.py`` reports it and runs the smallest point.
 """
@@ -44,8 +43,7 @@ class Rejected:
 def rejected(
     heuristic: BlockHeuristic, shape: tuple[int, int, int], group: int, tokens: Iterable[int]
 ) -> list[Rejected]:
-    """Every (GEMM, token count, top-k) at ``shape`` and ``group`` that reaches vLLM's CUDA kernel with a rejected block:
-    one that does not divide the GEMM's K, or whose ratio to the group size the kernel does not take."""
+    """Every (GEMM, token count, top-k) at ``shape`` and ``group`` that reaches vLLM's CUDA kernel with a rejected block."""
     experts, hidden, intermediate = shape
     gemms = {"w13": (hidden, 2 * intermediate), "w2": (intermediate, hidden)}
     out = []

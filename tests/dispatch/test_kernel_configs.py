@@ -57,18 +57,12 @@ def test_the_left_out_combination_is_the_one_vllm_crashes_on(target):
 
 
 def test_int4_with_k_off_the_multiples_of_128_gets_a_block_the_cuda_kernel_takes(target):
-    """The kernel tier's K 2880 draw (``wna16_off_grid_cases``): every BLOCK_SIZE_K divides K, one group a block.
-
-    vLLM's heuristic starts at 128, which does not divide 2880; #30210 shrinks it to a divisor of K that the
-    group size divides. Without that every call of the draw picks 128 and the kernel refuses it.
-    """
-    bad = rejected(target, WNA16_OFF_GRID_SHAPE, WNA16_OFF_GRID_GROUP, TOKENS)
-    assert not bad, f"vLLM {target.version}: {bad[:3]}"
+    """K 2880: 128 does not divide it; vLLM #30210 shrinks the block to a divisor."""
+    assert not rejected(target, WNA16_OFF_GRID_SHAPE, WNA16_OFF_GRID_GROUP, TOKENS)
 
 
 def test_group_32_at_k_2880_is_left_out_because_vllm_picks_three_groups_a_block(target):
-    """What ``wna16_off_grid_cases`` leaves out crashes a clean vLLM; once it stops, this skips and says so."""
     bad = rejected(target, WNA16_OFF_GRID_SHAPE, 32, TOKENS)
     if not bad:
         pytest.skip(f"vLLM {target.version} takes int4 group 32 at K 2880: strategies/kernels.py can draw it")
-    assert {r.block_k for r in bad} == {96}, bad  # 3 x 32: divides 2880, a ratio the kernel does not take
+    assert {r.block_k for r in bad} == {96}, bad

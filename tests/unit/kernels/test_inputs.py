@@ -132,15 +132,13 @@ def test_fp8_quantisation_without_full_size_temporaries_gives_the_textbook_bits(
 
 
 def test_fused_shared_rows_are_rows_of_their_own_and_leave_the_routed_keys_numbers_alone() -> None:
-    """A case with fused shared rows gets w1/w2 with those rows (every shared id indexes one); its routed twin keeps
-    the numbers it always had, whichever the bank met first. Under an expert map the bank refuses (no rank slice)."""
     plain = case()
     shared = dataclasses.replace(plain, shared_experts=2)
     b = bank()
-    t_shared, w1_shared, w2_shared = b.inputs(shared)
+    t_shared, w1_shared, w2_shared = b.inputs(shared)  # first: the routed key's numbers must not change
     t_plain, _, _ = b.inputs(plain)
     assert w1_shared.shape[0] == w2_shared.shape[0] == t_shared.w1.shape[0] == 18
     assert int(t_shared.topk_ids.max()) == 17 and t_plain.w1.shape[0] == 16
-    assert torch.equal(t_plain.w1, bank().inputs(plain)[0].w1)  # a fresh bank that never met the shared case
+    assert torch.equal(t_plain.w1, bank().inputs(plain)[0].w1)
     with pytest.raises(ValueError, match="fused shared rows"):
         b.inputs(dataclasses.replace(shared, expert_map=ExpertMap(2, 0)))
