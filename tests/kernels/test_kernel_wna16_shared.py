@@ -20,7 +20,7 @@ few = settings(max_examples=min(6, profiles.kernel_examples()))
 def test_int4_weights_with_k_off_the_multiples_of_128_match_the_reference(cuda_target, bank, data):
     case = data.draw(wna16_off_grid_cases(), label="case")
     result = run_checked(cuda_target, bank, case, "legacy")
-    assert result.closeness.ok and result.path == "sorted", result.describe()
+    assert result.closeness.ok, result.describe()
 
 
 @pytest.mark.parametrize("entrypoint", ENTRYPOINTS)
