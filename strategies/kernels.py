@@ -302,6 +302,39 @@ def static_fp8_cases() -> st.SearchStrategy[MoECase]:
     return _fp8_path_cases(Quant("fp8_w8a8", FP8_PER_TENSOR, static_scales=True), False)
 
 
+WNA16_OFF_GRID_SHAPE = (8, 2880, 2880)
+"""int4 at K 2880 (gpt-oss's hidden size, 22.5 x 128) in both GEMMs; group 64: 128 does not divide 2880, and at 32
+vLLM 0.33.0 picks BLOCK_SIZE_K 96, three groups, which its CUDA kernel rejects (a crash on a clean build)."""
+WNA16_OFF_GRID_GROUP = 64
+WNA16_CUDA_TOKENS_PER_EXPERT = 6  # at most this many pairs per expert: vLLM's legacy int4 calls take the CUDA kernel
+
+
+@st.composite
+def wna16_off_grid_cases(draw: Callable[[st.SearchStrategy[Any]], Any]) -> MoECase:
+    """Legacy int4 calls on vLLM's CUDA wNa16 kernel with K off the multiples of 128, whose heuristic's first
+    BLOCK_SIZE_K (128) does not divide K (vLLM #30210). Device weights, no expert map."""
+    experts, hidden, inter = WNA16_OFF_GRID_SHAPE
+    tokens = draw(st.integers(1, MAX_KERNEL_TOKENS))
+    top_ks = [k for k in (1, 2, 3, 4, 6, 8) if tokens * k <= WNA16_CUDA_TOKENS_PER_EXPERT * experts]
+    return MoECase(
+        num_tokens=tokens,
+        top_k=draw(st.sampled_from(top_ks)),
+        num_experts=experts,
+        hidden=hidden,
+        intermediate=inter,
+        dtype=draw(_DTYPES_16),
+        placement=Placement(False, False),
+        routing=draw(routings()),
+        quant=Quant("int4_w4a16", WNA16_OFF_GRID_GROUP),
+    )
+
+
+def shared_expert_kernel_cases(entrypoint: str) -> st.SearchStrategy[MoECase]:
+    """Fused shared-expert rows on the kernel shapes: unquantized, no expert map (vLLM #51632)."""
+    base = moe_cases(shared=True, dtype="bfloat16", kernel_shapes=True, max_tokens=MAX_KERNEL_TOKENS)
+    return _supported(base, entrypoint, False, None)
+
+
 __all__ = [
     "BIASED_QUANT_SHAPE",
     "BIG_SHAPE",
@@ -316,5 +349,7 @@ __all__ = [
     "clamped_block_fp8_cases",
     "group_sizes",
     "kernel_cases",
+    "shared_expert_kernel_cases",
     "static_fp8_cases",
+    "wna16_off_grid_cases",
 ]

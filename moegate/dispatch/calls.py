@@ -180,18 +180,15 @@ class EntrypointCalls:
     def modular(self, case: MoECase, t: CaseTensors, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         """``TritonExperts.apply`` as vLLM's modular kernel calls it.
 
-        The global count passed is ``case.total_experts``: with fused shared rows,
-        the whole id space, which is the length of the expert map that covers them
-        (vLLM's alignment takes the map's length as its count). Without an expert
-        map the modular experts count ``w1.shape[0]`` instead, whatever is passed;
-        the legacy entrypoint counts what it is passed, so there the shared rows
-        must be in the count for their ids to be valid to the alignment.
+        The global count passed is ``modular_global_count``'s. The legacy entrypoint counts what it
+        is passed, so there the shared rows must be in the count for their ids to be valid to the alignment.
         """
         experts = self.experts(case, t)
         activation = self.activation(case)
+        global_count = modular_global_count(case)
         m, k, n = case.num_tokens, case.hidden, case.w13_rows  # N is w1.shape[1]
         ws13_shape, ws2_shape, out_shape = experts.workspace_shapes(
-            m, n, k, case.topk_columns, case.total_experts, case.local_experts, None, activation
+            m, n, k, case.topk_columns, global_count, case.local_experts, None, activation
         )
         dtype = torch_dtype(case.dtype)
         dev = t.hidden_states.device
@@ -218,7 +215,7 @@ class EntrypointCalls:
             t.topk_weights,
             t.topk_ids,
             activation,
-            case.total_experts,
+            global_count,
             t.expert_map,
             a1q_scale,
             t.a2_scale,  # the modular kernel passes the experts' a2_scale (the quant config's): None unless static
@@ -233,3 +230,9 @@ class EntrypointCalls:
         from vllm.platforms import current_platform
 
         return current_platform.fp8_dtype()
+
+
+def modular_global_count(case: MoECase) -> int:
+    """Without an expert map, the routed count, as vLLM's layer passes it (fused shared rows are not in
+    ``layer.global_num_experts``: vLLM #51632); with one, the whole id space, the map's length."""
+    return case.num_experts if case.expert_map is None else case.total_experts

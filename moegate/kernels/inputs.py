@@ -74,8 +74,8 @@ class WeightSet:
 
 
 def _key(case: MoECase) -> WeightKey:
-    """What a key's weights depend on; an ungated activation's w13 has half the rows (the last field)."""
-    return (case.num_experts, case.hidden, case.intermediate, case.dtype, case.quant, case.activation.gated)
+    """What a key's weights depend on (w1's rows, fused shared ones too); an ungated w13 has half the rows."""
+    return (case.total_experts, case.hidden, case.intermediate, case.dtype, case.quant, case.activation.gated)
 
 
 def _stored_key(case: MoECase) -> StoredKey:
@@ -84,7 +84,7 @@ def _stored_key(case: MoECase) -> StoredKey:
     if q is None:
         # unquantized: the key, so the numbers are the ones this key always had (gated keys as before)
         return _key(case)[:5] if case.activation.gated else _key(case)
-    shape = (case.num_experts, case.hidden, case.intermediate, q.scheme) + (
+    shape = (case.total_experts, case.hidden, case.intermediate, q.scheme) + (
         () if case.activation.gated else ("ungated",)
     )
     if not q.weight_only:  # fp8: quantized with the scale granularity, whatever the activation dtype
@@ -237,8 +237,12 @@ class WeightBank:
 
     def inputs(self, case: MoECase, *, seed: int | None = None) -> tuple[CaseTensors, torch.Tensor, torch.Tensor]:
         """Tensors for ``case`` plus w1/w2 placed as ``case.placement`` says (fresh tensor objects)."""
+        if case.shared_experts and case.expert_map is not None:
+            raise ValueError(f"the weight bank holds no rank's slice with fused shared rows: {case.short()}")
         ws = self.weights(case)
-        start, end = (0, case.num_experts) if case.expert_map is None else case.expert_map.local_range(case.num_experts)
+        start, end = (
+            (0, case.total_experts) if case.expert_map is None else case.expert_map.local_range(case.num_experts)
+        )
 
         def local(w: torch.Tensor | None) -> torch.Tensor | None:
             return None if w is None else w[start:end]

@@ -3,9 +3,9 @@
 vLLM's legacy entrypoint sends int4 weights with group size 32, 64 or 128 at small
 batches (at most six valid tokens per expert) to a CUDA kernel (the modular
 ``TritonWNA16Experts`` never do) that accepts only BLOCK_SIZE_K /
-group size in 1, 2, 4, 8, and picks BLOCK_SIZE_K by a heuristic that does not
-keep to that (the kernel-tier benchmark crashed vLLM on an H200 with group size 32
-at the Qwen3-30B-A3B shape). The dispatch tier asks the installed vLLM's heuristic
+group size in 1, 2, 4, 8 and a divisor of K, and picks BLOCK_SIZE_K by a heuristic
+that does not keep to the first (the kernel-tier benchmark crashed vLLM on an H200 with group size 32
+at the Qwen3-30B-A3B shape), nor, before vLLM #30210, to the second. The dispatch tier asks the installed vLLM's heuristic
 over this space (``tests/dispatch/test_kernel_configs.py``); the probe
 ``lab/gpu/probes/wna16_block_k.py`` reports it and runs the smallest point.
 """
@@ -51,6 +51,6 @@ def rejected(
         if k > experts or t * k > MAX_VALID_TOKENS_PER_EXPERT * experts:
             continue
         block_k = heuristic.wna16_cuda_block_k(size_k=size_k, size_n=size_n, group_size=group, tokens=t, top_k=k)
-        if block_k % group or block_k // group not in ACCEPTED_RATIOS:
+        if size_k % block_k or block_k % group or block_k // group not in ACCEPTED_RATIOS:
             out.append(Rejected(shape, gemm, group, t, k, block_k))
     return out

@@ -16,7 +16,14 @@ from __future__ import annotations
 import pytest
 
 from moegate.kernels.wna16_blocks import rejected
-from moegate.strategies.kernels import BIG_SHAPE, MAX_KERNEL_TOKENS, WNA16_GROUP_SIZES, group_sizes
+from moegate.strategies.kernels import (
+    BIG_SHAPE,
+    MAX_KERNEL_TOKENS,
+    WNA16_GROUP_SIZES,
+    WNA16_OFF_GRID_GROUP,
+    WNA16_OFF_GRID_SHAPE,
+    group_sizes,
+)
 from moegate.strategies.moe import KERNEL_SHAPES
 
 TOKENS = range(1, MAX_KERNEL_TOKENS + 1)
@@ -47,3 +54,15 @@ def test_the_left_out_combination_is_the_one_vllm_crashes_on(target):
         )
     assert {(r.gemm, r.block_k) for r in bad} == {("w13", 512)}, bad
     assert min((r.tokens, r.top_k) for r in bad) == (1, 3)  # the benchmark's crash, shrunk
+
+
+def test_int4_with_k_off_the_multiples_of_128_gets_a_block_the_cuda_kernel_takes(target):
+    """K 2880: 128 does not divide it; vLLM #30210 shrinks the block to a divisor."""
+    assert not rejected(target, WNA16_OFF_GRID_SHAPE, WNA16_OFF_GRID_GROUP, TOKENS)
+
+
+def test_group_32_at_k_2880_is_left_out_because_vllm_picks_three_groups_a_block(target):
+    bad = rejected(target, WNA16_OFF_GRID_SHAPE, 32, TOKENS)
+    if not bad:
+        pytest.skip(f"vLLM {target.version} takes int4 group 32 at K 2880: strategies/kernels.py can draw it")
+    assert {r.block_k for r in bad} == {96}, bad

@@ -4,13 +4,16 @@
 - wNa16 group sizes and activation dtypes of one scheme read one integer storage with their own
   scales; fp8 weights and scales are shared across activation dtypes, not across scale layouts;
 - each of w13 and w2 is put on the host the first time a case places it there, once, and marked;
-- fp8 quantisation without full-size temporaries gives the bits of the textbook formula.
+- fp8 quantisation without full-size temporaries gives the bits of the textbook formula;
+- fused shared-expert rows are rows of their own, and leave the routed key's numbers alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import pytest
 import torch
 
 from moegate.core.case import ALL_PLACEMENTS, ExpertMap, MoECase, Placement, Quant
@@ -126,3 +129,16 @@ def test_fp8_quantisation_without_full_size_temporaries_gives_the_textbook_bits(
             q_ref, scale_ref = textbook_fp8(w, group)
             assert q.is_contiguous() and q.shape == w.shape
             assert same_bits(q, q_ref) and torch.equal(scale, scale_ref), (shape, group)
+
+
+def test_fused_shared_rows_are_rows_of_their_own_and_leave_the_routed_keys_numbers_alone() -> None:
+    plain = case()
+    shared = dataclasses.replace(plain, shared_experts=2)
+    b = bank()
+    t_shared, w1_shared, w2_shared = b.inputs(shared)  # first: the routed key's numbers must not change
+    t_plain, _, _ = b.inputs(plain)
+    assert w1_shared.shape[0] == w2_shared.shape[0] == t_shared.w1.shape[0] == 18
+    assert int(t_shared.topk_ids.max()) == 17 and t_plain.w1.shape[0] == 16
+    assert torch.equal(t_plain.w1, bank().inputs(plain)[0].w1)
+    with pytest.raises(ValueError, match="fused shared rows"):
+        b.inputs(dataclasses.replace(shared, expert_map=ExpertMap(2, 0)))
