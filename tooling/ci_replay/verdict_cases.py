@@ -196,7 +196,7 @@ CASES = (
          _touch_moe, "error", 2, "no SHA it was applied at", label="early"),
     Case("moe-sources-no-rebuild", "a PR that touches the MoE ops' sources without a rebuild gets FAIL, with the line",
          _touch_moe_source, "failure", 1, "the caller's job 'wheels' (base and PR wheels): failure",
-         base=NO_REBUILD_MAIN, wheels="failure", wheels_line=f"::error::{CANNOT_BUILD}"),
+         base=NO_REBUILD_MAIN, wheels="failure", wheels_line=CANNOT_BUILD),
     Case("python-only-identical-hashes", "a PR whose compiled sources did not change shows identical extension "
          "hashes in both builds", _touch_moe_python, "success", 0,
          f"1 of 1 changed files reach the fused MoE ({MOE_PYTHON}): dispatch, kernels, e2e, ab", wheels="success",
