@@ -6,7 +6,9 @@ case is a branch off it with the commits a pull request would push. ``scenario``
 that case's run: the pull request, the label's events, the actors' access, the caller's earlier runs, and the run's
 jobs as GitHub lists them for the caller at the case's head (``run_jobs``: each job of the caller by its name, the
 reusable workflow's expanded as moegate.yml names them at the plan's legs; every job succeeded, so only what the run
-*did* decides). ``workflow_run_event`` is the event GitHub hands the verdict.
+*did* decides, but for the caller's jobs the replay ran: their conclusions are act's). ``workflow_run_event`` is the
+event GitHub hands the verdict. The compiled-source cases' ``main`` also holds the step tests' vLLM tree
+(``compiled_tree.py``) and their base may turn the caller's MoE rebuild off (``no-rebuild-main``).
 
 The ``changes`` job's outputs (the tiers, the promise) are the one thing of the run a case computes: the replay takes
 them from act running that job of the caller on the case's branch; the unit tests from the same matcher

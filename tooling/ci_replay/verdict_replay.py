@@ -8,7 +8,9 @@ passing controls), on a real git repository standing for vLLM:
 
 1. act runs the caller's ``changes`` job (``examples/vllm-caller.yml`` as the case's head has it) on
    ``pull_request``, in the repository checked out at the head: the real ``git diff`` against the merge base and
-   ``python3 -m tooling.ci.moe_paths match``; its tiers and promise are read from the job's output;
+   ``python3 -m tooling.ci.moe_paths match``; its tiers and promise are read from the job's output. For the
+   compiled-source cases (``Case.wheels``) act runs the ``wheels`` job after it (``wheels_job.py``), and what each job
+   concluded goes into the run's job list;
 2. the run's record is what GitHub would hold (``verdict_cases.scenario``), served by ``fake_github.py`` on loopback;
 3. act runs the verdict workflow (``examples/vllm-verdict.yml``) on ``workflow_run`` with the event GitHub would
    send (act takes it as ``-e event.json``: it runs a workflow_run trigger like any other), ``GITHUB_API_URL``
@@ -18,8 +20,9 @@ passing controls), on a real git repository standing for vLLM:
 
 The stand-ins beside the hosted replay's (README.md): the two checkouts of ``your-org/moegate`` are this checkout's
 copy (the verdict's checkout loses ``repository:``/``ref:``, so act copies its working folder, the moegate copy; the
-caller's becomes a ``cp`` of it into ``.moegate``); GitHub's API is ``fake_github.py``; the run's jobs succeeded
-(what ran, not how it went, is under test: the legs themselves are the hosted replay's and the GPU runs'). Results go
+caller's becomes a ``cp`` of it into ``.moegate``); GitHub's API is ``fake_github.py``; the run's jobs act did not
+run succeeded (what ran, not how it went, is under test: the legs themselves are the hosted replay's and the GPU
+runs'); the wheels job's stand-ins are ``wheels_job.py``'s and ``compiled_tree.py``'s. Results go
 to ``results/verdict-replay.md`` and ``.json``.
 """
 
