@@ -1,19 +1,8 @@
-"""The compiled-source cases' vLLM: the step tests' tree, buildable here, and the precompiled wheel its builds pin.
-
-The caller's ``wheels`` job (``examples/vllm-caller.yml``) pins both builds to the merge base's published wheel
-(``moegate builds pin`` asks ``wheels.vllm.ai``), lists the compiled sources the pull request changed (``moegate
-builds changes``), builds both wheels with ``pip wheel`` and ``VLLM_USE_PRECOMPILED=1``, and holds their extensions'
-hashes to what changed (``moegate builds hashes``, ``compare``). The verdict replay runs that job through act over a
-git repository holding the tree of ``tests/support/vllm_tree.py`` (vLLM 0.33.0's CMakeLists-driven source lists, a
-fused-MoE package), with two stand-ins from here (tooling/ci_replay/README.md says why):
-
-- ``SETUP_PY``/``PYPROJECT``: a vLLM-shaped package whose build copies the pinned wheel's compiled extensions
-  (``vllm/**/*.so``) from ``VLLM_PRECOMPILED_WHEEL_LOCATION``, as vLLM's ``setup.py`` does with
-  ``VLLM_USE_PRECOMPILED=1``; vLLM's own build needs torch, CUDA and its network-fetched binaries;
-- ``publish``: the merge base's "published" wheel in a ``file://`` index laid out as wheels.vllm.ai's
-  (``<commit>/<variant>/vllm/metadata.json``), which the pin step reads through ``MOEGATE_PRECOMPILED_INDEX``
-  (``moegate builds pin``'s own option for a mirror).
-"""
+"""The compiled-source cases' vLLM: the step tests' tree (tests/support/vllm_tree.py, vLLM 0.33.0's CMakeLists-driven
+source lists) with two stand-ins (tooling/ci_replay/README.md says why): ``SETUP_PY``, a vLLM-shaped package whose
+build copies the pinned wheel's ``vllm/**/*.so`` from ``VLLM_PRECOMPILED_WHEEL_LOCATION`` as vLLM's does with
+``VLLM_USE_PRECOMPILED=1``; ``publish``, the merge base's wheel in a ``file://`` index of wheels.vllm.ai's layout,
+which ``moegate builds pin`` reads through ``MOEGATE_PRECOMPILED_INDEX``."""
 
 from __future__ import annotations
 
@@ -28,8 +17,7 @@ VARIANT = "cu130"  # the caller's PRECOMPILED_VARIANT
 EXTENSIONS = ("vllm/_C_stable_libtorch.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so")
 WHEEL = "vllm-0.33.0-cp38-abi3-manylinux1_x86_64.whl"
 
-SETUP_PY = '''"""ci-replay stand-in for vLLM's setup.py: with VLLM_USE_PRECOMPILED=1 the build takes the compiled
-extensions (vllm/**/*.so) from the wheel VLLM_PRECOMPILED_WHEEL_LOCATION names, as vLLM's does; nothing compiles."""
+SETUP_PY = '''"""ci-replay stand-in for vLLM's setup.py: the compiled extensions come from the pinned wheel."""
 import io
 import os
 import urllib.request
@@ -69,8 +57,7 @@ def tree() -> dict[str, str]:
 
 
 def publish(index: Path, commit: str, variant: str = VARIANT) -> Path:
-    """``commit``'s wheel in ``index`` as wheels.vllm.ai lays it out; the wheel's path. Each extension's bytes are
-    derived from its name and the commit, so two builds over one pin hold equal hashes and no two pins do."""
+    """``commit``'s wheel in ``index`` as wheels.vllm.ai lays it out (its extensions' bytes from the commit)."""
     wheel = index / commit / variant / WHEEL
     meta = index / commit / variant / "vllm" / "metadata.json"
     meta.parent.mkdir(parents=True, exist_ok=True)

@@ -176,6 +176,15 @@ def replay_case(case: vc.Case, ctx: dict[str, Any]) -> dict[str, Any]:
 HASH_LINE = re.compile(r"^\s+[0-9a-f]{64}\s+vllm/\S+\.so$")
 
 
+def _hashes(said: list[str]) -> list[str]:
+    """``moegate builds compare``'s extension lines, each with its build (``base build ...:``, ``PR build ...:``)."""
+    build, out = "", []
+    for ln in said:
+        build = ln.split(" build ", 1)[0] if ln.startswith(("base build ", "PR build ")) else build
+        out += [f"{build}: {ln.strip()}"] if HASH_LINE.match(ln) else []
+    return out
+
+
 def wheels_record(case: vc.Case, records: list[dict[str, Any]], concluded: dict[str, str]) -> dict[str, Any]:
     """The wheels job as act ran it: its conclusion, its failing step, the case's line and the hashes it printed."""
     said = wheels_job.lines(records)
@@ -183,7 +192,7 @@ def wheels_record(case: vc.Case, records: list[dict[str, Any]], concluded: dict[
     line = next((h for h in hits if "::error::" in h[1]), hits[0] if hits else None)  # the job's annotation first
     return {
         "conclusion": concluded.get("wheels", "did not run"), "failed_step": wheels_job.failed_step(records),
-        "line": list(line) if line else None, "hashes": [ln.strip() for _, ln in said if HASH_LINE.match(ln)],
+        "line": list(line) if line else None, "hashes": _hashes([ln for _, ln in said]),
         "ok": concluded.get("wheels") == case.wheels and line is not None,
     }  # fmt: skip
 
@@ -223,7 +232,7 @@ def render(data: dict[str, Any]) -> str:
         *lines,
         "",
         *([("The wheels job's lines as act printed them (its step, the case's line; both builds' extension hashes, "
-           "base then PR, from `moegate builds compare`):"), "", *wheels, ""] if wheels else []),
+           "from `moegate builds compare`):"), "", *wheels, ""] if wheels else []),
     ])  # fmt: skip
 
 

@@ -1,18 +1,8 @@
-"""The caller's ``wheels`` job through act, for the verdict replay's compiled-source cases (``Case.wheels``).
-
-``act pull_request -j wheels`` runs the ``changes`` job first (its need), then the wheels job's own steps: the pin
-(``moegate builds pin`` against a ``file://`` index holding the merge base's wheel, ``compiled_tree.publish``), the
-compiled changes (``moegate builds changes``: with ``REBUILD_MOE`` "false", a change to the MoE ops' sources fails the
-job in one line), both ``pip wheel`` builds over the pinned binaries (the vLLM-shaped package of
-``compiled_tree.SETUP_PY``), the hashes and their comparison (``moegate builds hashes``, ``compare``) and the upload
-(the hosted replay's stand-in action). What each job concluded (act's ``jobResult``) is what the run's job list
-then says (``verdict_cases.run_jobs``); the wheels job's lines are held to the case's.
-
-The stand-ins beside the verdict replay's (README.md): the checkout of the repository being run into ``vllm/``
-becomes ``cp -a`` of the vLLM repository at the head (act skips a checkout of the repository it runs, whatever its
-``path:``, and the job reads the tree at ``vllm/``); the moegate checkout into ``moegate/`` is the copy, as the
-``changes`` job's is.
-"""
+"""The caller's ``wheels`` job through act for the verdict replay's compiled-source cases (``Case.wheels``):
+``act pull_request -j wheels`` (``changes`` first, its need), every ``moegate builds`` step the real one; each job's
+conclusion is act's ``jobResult``. The stand-ins (tooling/ci_replay/README.md): ``vllm/`` is ``cp -a`` of the vLLM
+repository at the head (act skips a checkout of the repository it runs, whatever its ``path:``); the published wheel
+is a ``file://`` index (``publish``)."""
 
 from __future__ import annotations
 
