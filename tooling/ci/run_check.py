@@ -194,6 +194,23 @@ def _outcome(job: Job) -> str:
     return f"{job.conclusion or 'not finished'}" + (f" ({job.url})" if job.url else "")
 
 
+def the_callers_own_jobs_succeeded(policy: Policy, run: RunRecord) -> list[str]:
+    """The caller's jobs beside moegate's (``changes``, ``wheels``): one that failed is named first, with its link.
+
+    A failed ``wheels`` job (a compiled MoE change this runner cannot build, builds whose extensions differ) leaves
+    moegate's job skipped, so every leg is missing too; this says why. A skipped one is not a reason of its own."""
+    jobs = run.caller.get("jobs") if isinstance(run.caller, Mapping) else None
+    listed = {j.name: j for j in run.jobs}
+    reasons = []
+    for job_id, job in jobs.items() if isinstance(jobs, Mapping) else ():
+        if job_id == policy.moegate_job or not isinstance(job, Mapping) or "uses" in job:
+            continue
+        found = listed.get(str(job.get("name", job_id)))
+        if found is not None and found.conclusion not in ("success", "skipped"):
+            reasons.append(f"the caller's job {job_id!r} ({found.name}): {_outcome(found)}")
+    return reasons
+
+
 def every_owed_leg_passed(policy: Policy, run: RunRecord) -> list[str]:
     tiers, _ = required_tiers(policy, run)
     jobs = _moegate_jobs(policy, run)
@@ -285,6 +302,7 @@ CLAUSES: tuple[Callable[[Policy, RunRecord], list[str]], ...] = (
     the_run_is_the_caller,
     it_calls_moegate_at_a_pinned_commit,
     the_caller_has_the_policys_jobs,
+    the_callers_own_jobs_succeeded,
     every_owed_leg_passed,
     the_legs_ran_as_the_policy_says,
     equivalent_only_with_a_label_at_this_head,

@@ -175,7 +175,8 @@ runs:
       run: python3 "$GITHUB_ACTION_PATH/upload.py"
 """
 
-UPLOAD_STUB_SCRIPT = '''"""upload-artifact's file selection (globs, `!` exclusions, hidden files), copied instead of uploaded."""
+UPLOAD_STUB_SCRIPT = '''"""upload-artifact's file selection (globs, `!` exclusions, hidden files) and layout (relative to the search
+paths' common ancestor: a directory's files without it), copied instead of uploaded."""
 import glob, os, shutil, sys
 from pathlib import Path
 
@@ -197,9 +198,19 @@ if not chosen:
     mode = os.environ["IF_NONE"]
     print(f"::{'error' if mode == 'error' else 'warning'}::no files found for artifact {name}") if mode != "ignore" else None
     sys.exit(1 if mode == "error" else 0)
-for f in sorted(chosen):
-    (dest / f).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(f, dest / f)
+def search_path(pattern):  # the path up to its first wildcard, as @actions/glob's getSearchPaths
+    parts = Path(pattern).parts
+    cut = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), len(parts))
+    return Path(os.path.abspath(Path(*parts[:cut]) if cut else "."))
+found = sorted({search_path(p) for p in paths if not p.startswith("!")})
+searched = [s for s in found if not any(o != s and o in s.parents for o in found)]
+root = Path(os.path.commonpath(searched)) if len(searched) > 1 else searched[0]
+if len(chosen) == 1 and len(searched) == 1 and Path(os.path.abspath(next(iter(chosen)))) == root:
+    root = root.parent  # one file named as itself: no directory kept
+for f in sorted(chosen):  # stored relative to the search paths' common ancestor, as upload-artifact stores them
+    rel = Path(os.path.abspath(f)).relative_to(root)
+    (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(f, dest / rel)
 print(f"ci-replay stand-in: artifact {name}: {len(chosen)} files kept in {dest}")
 '''
 

@@ -6,7 +6,9 @@ case is a branch off it with the commits a pull request would push. ``scenario``
 that case's run: the pull request, the label's events, the actors' access, the caller's earlier runs, and the run's
 jobs as GitHub lists them for the caller at the case's head (``run_jobs``: each job of the caller by its name, the
 reusable workflow's expanded as moegate.yml names them at the plan's legs; every job succeeded, so only what the run
-*did* decides). ``workflow_run_event`` is the event GitHub hands the verdict.
+*did* decides, but for the caller's jobs the replay ran: their conclusions are act's). ``workflow_run_event`` is the
+event GitHub hands the verdict. The compiled-source cases' ``main`` also holds the step tests' vLLM tree
+(``compiled_tree.py``) and their base may turn the caller's MoE rebuild off (``no-rebuild-main``).
 
 The ``changes`` job's outputs (the tiers, the promise) are the one thing of the run a case computes: the replay takes
 them from act running that job of the caller on the case's branch; the unit tests from the same matcher
@@ -18,16 +20,18 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from moegate.builds.changes import compiled_changes
 from moegate.paths import ROOT
 from tooling.ci.gate_plan import plan
 from tooling.ci.moe_paths import LIST, reaching, read_list
+from tooling.ci_replay import compiled_tree
 from tooling.ci_replay.fake_github import Scenario
 
 REPO = "vllm-project/vllm"
@@ -40,6 +44,10 @@ MAINTAINER, READER, BOT = "a-maintainer", "a-reader", "a-bot"
 PERMISSIONS = {MAINTAINER: "write", READER: "read", BOT: "none"}
 MOE_FILE = "vllm/model_executor/layers/fused_moe/layer.py"
 DOCS_FILE = "docs/usage.md"
+MOE_SOURCE = "csrc/moe/moe_align_sum_kernels.cu"
+MOE_PYTHON = "vllm/model_executor/layers/fused_moe/fused_moe.py"
+NO_REBUILD_MAIN = "no-rebuild-main"  # main with the caller's REBUILD_MOE "false": its runners cannot build the MoE ops
+CANNOT_BUILD = f"compiled MoE sources changed ({MOE_SOURCE}): this runner cannot build them"
 RUN_ID = 4242
 MOEGATE_NEEDS = re.compile(r"^\$\{\{ *needs\.changes\.outputs\.(\w+) *\}\}$")
 
@@ -85,6 +93,10 @@ class Case:
     """Who applies the equivalent label: "head" (at the head), "earlier" (before a later push), "early" (before any run)."""
     labeller: str = MAINTAINER
     base: str = "main"
+    wheels: str | None = None
+    """The conclusion the caller's ``wheels`` job must reach where the replay runs it through act (None: not run)."""
+    wheels_line: str = ""
+    """A line the wheels job must print."""
 
 
 Heads = dict[str, list[str]]
@@ -140,6 +152,21 @@ def _break_policy(repo: Path) -> None:
     _write(repo, POLICY_PATH, (repo / POLICY_PATH).read_text() + "tiers-extra: [everything]\n")
 
 
+def _no_rebuild(repo: Path) -> None:
+    text = (repo / CALLER_PATH).read_text()
+    if '      REBUILD_MOE: "true"' not in text:
+        raise ValueError('the example caller\'s wheels job sets no REBUILD_MOE "true" to turn off')
+    _write(repo, CALLER_PATH, text.replace('      REBUILD_MOE: "true"', '      REBUILD_MOE: "false"', 1))
+
+
+def _touch_moe_source(repo: Path) -> None:
+    _write(repo, MOE_SOURCE, (repo / MOE_SOURCE).read_text() + "// a change to the block alignment\n")
+
+
+def _touch_moe_python(repo: Path) -> None:
+    _write(repo, MOE_PYTHON, (repo / MOE_PYTHON).read_text() + "# a Python-only change to the fused MoE\n")
+
+
 CASES = (
     Case("docs-only", "a docs-only PR gets the dispatch tier alone and PASS, with the line", _touch_docs,
          "success", 0, "none of the 1 changed files reaches the fused MoE (the census's paths): the dispatch tier alone"),
@@ -169,6 +196,13 @@ CASES = (
          "error", 2, f"moegate verdict: cannot judge: {REPO}/.github/moegate-policy.yml at", base="broken-main"),
     Case("label-without-sha", "a label without the SHA it was applied at: one line, an error status, exit 2",
          _touch_moe, "error", 2, "no SHA it was applied at", label="early"),
+    Case("moe-sources-no-rebuild", "a PR that touches the MoE ops' sources without a rebuild gets FAIL, with the line",
+         _touch_moe_source, "failure", 1, "the caller's job 'wheels' (base and PR wheels): failure",
+         base=NO_REBUILD_MAIN, wheels="failure", wheels_line=CANNOT_BUILD),
+    Case("python-only-identical-hashes", "a PR whose compiled sources did not change shows identical extension "
+         "hashes in both builds", _touch_moe_python, "success", 0,
+         f"1 of 1 changed files reach the fused MoE ({MOE_PYTHON}): dispatch, kernels, e2e, ab", wheels="success",
+         wheels_line="PASS: no compiled source changed; the 2 extensions are identical in both builds"),
 )  # fmt: skip
 
 
@@ -181,10 +215,15 @@ def make_repo(dest: Path) -> Heads:
     _write(dest, DOCS_FILE, "# Using vLLM\n")
     _write(dest, MOE_FILE, "# the fused-MoE layer (a stand-in)\n")
     _write(dest, "vllm/attention/layer.py", "# attention (a stand-in)\n")
+    for rel, text in compiled_tree.tree().items():  # the compiled sources and their CMake lists, the wheel's build
+        _write(dest, rel, text)
     _commit(dest, "vLLM main (stand-in)")
     _git(dest, "checkout", "-q", "-b", "broken-main")
     _break_policy(dest)
     _commit(dest, "a policy with an unknown key")
+    _git(dest, "checkout", "-q", "-b", NO_REBUILD_MAIN, "main")
+    _no_rebuild(dest)
+    _commit(dest, "the caller's runners cannot build the MoE ops: REBUILD_MOE false")
     heads: Heads = {}
     for case in CASES:
         _git(dest, "checkout", "-q", "-b", case.name, case.base)
@@ -205,6 +244,14 @@ def changes_outputs(repo: Path, case: Case, head: str, moe_list: Path = LIST) ->
     return {"tiers": tiers, "promise": "equivalent" if case.label else "identical"}
 
 
+def wheels_conclusion(repo: Path, case: Case, head: str) -> str:
+    """The caller's ``wheels`` job's conclusion as its changes step decides it (the replay runs the job itself):
+    failure where a compiled source of the MoE ops changed and the caller does not rebuild them."""
+    env = (caller_at(repo, head).get("jobs") or {}).get("wheels", {}).get("env") or {}
+    rebuilt = ["_moe_C_stable_libtorch"] if str(env.get("REBUILD_MOE", "true")) == "true" else []
+    return "failure" if compiled_changes(repo, case.base, head).unbuilt(rebuilt) else "success"
+
+
 def _resolve(value: Any, outputs: dict[str, str]) -> str:
     m = MOEGATE_NEEDS.match(str(value))
     if m:
@@ -214,15 +261,27 @@ def _resolve(value: Any, outputs: dict[str, str]) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def run_jobs(caller: dict[str, Any], outputs: dict[str, str]) -> list[dict[str, Any]]:
-    """The run's jobs as GitHub's API lists them: the caller's own, and moegate.yml's under the calling job's name."""
+def run_jobs(
+    caller: dict[str, Any], outputs: dict[str, str], concluded: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The run's jobs as GitHub's API lists them: the caller's own, and moegate.yml's under the calling job's name.
+
+    ``concluded``: the caller's own jobs' conclusions where the replay ran them (the rest succeeded). Where a job the
+    reusable call needs did not succeed, the call is skipped and listed as one job of its own name, as GitHub lists a
+    skipped call (its workflow's jobs never exist)."""
+    concluded = concluded or {}
     jobs: list[dict[str, Any]] = []
     url = f"https://github.com/{REPO}/actions/runs/{RUN_ID}/job/"
     for job_id, job in (caller.get("jobs") or {}).items():
         if "uses" not in job:
             runs_on = job.get("runs-on", "ubuntu-24.04")
             labels = [runs_on] if isinstance(runs_on, str) else list(runs_on)
-            jobs.append({"name": str(job.get("name", job_id)), "conclusion": "success", "labels": labels})
+            jobs.append({"name": str(job.get("name", job_id)), "conclusion": concluded.get(job_id, "success"),
+                         "labels": labels})  # fmt: skip
+            continue
+        needs = [job["needs"]] if isinstance(job.get("needs"), str) else list(job.get("needs") or [])
+        if any(concluded.get(n, "success") != "success" for n in needs):
+            jobs.append({"name": str(job.get("name", job_id)), "conclusion": "skipped", "labels": []})
             continue
         given = {k: _resolve(v, outputs) for k, v in (job.get("with") or {}).items()}
         prefix = f"{job.get('name', job_id)} / "
@@ -265,7 +324,9 @@ def caller_at(repo: Path, sha: str) -> dict[str, Any]:
     return yaml.safe_load(_git(repo, "show", f"{sha}:{CALLER_PATH}")) or {}
 
 
-def scenario(repo: Path, case: Case, heads: list[str], outputs: dict[str, str]) -> Scenario:
+def scenario(
+    repo: Path, case: Case, heads: list[str], outputs: dict[str, str], concluded: Mapping[str, str] | None = None
+) -> Scenario:
     """What GitHub holds for the case's run; the caller's runs start at 10:00 with one a push, the label after them."""
     caller = caller_at(repo, heads[-1])
     head_repo = {"full_name": REPO}
@@ -276,16 +337,17 @@ def scenario(repo: Path, case: Case, heads: list[str], outputs: dict[str, str]) 
     if case.label:
         events = [{"event": "labeled", "label": {"name": "moegate-equivalent"}, "actor": {"login": case.labeller},
                    "created_at": at[case.label]}]  # fmt: skip
-    return Scenario(REPO, repo, _pr(case, heads[-1]), run_jobs(caller, outputs), events, dict(PERMISSIONS), runs)
+    jobs = run_jobs(caller, outputs, concluded)
+    return Scenario(REPO, repo, _pr(case, heads[-1]), jobs, events, dict(PERMISSIONS), runs)
 
 
-def workflow_run_event(repo: Path, case: Case, head: str) -> dict[str, Any]:
+def workflow_run_event(repo: Path, case: Case, head: str, conclusion: str = "success") -> dict[str, Any]:
     caller = caller_at(repo, head)
     pr = _pr(case, head)
     repository = {"full_name": REPO, "name": "vllm", "owner": {"login": REPO.split("/")[0]}}
     run = {
         "id": RUN_ID, "run_attempt": 1, "name": "moegate", "event": "pull_request", "status": "completed",
-        "conclusion": "success", "path": CALLER_PATH, "head_sha": head, "head_branch": case.name,
+        "conclusion": conclusion, "path": CALLER_PATH, "head_sha": head, "head_branch": case.name,
         "head_repository": repository, "html_url": f"https://github.com/{REPO}/actions/runs/{RUN_ID}",
         "pull_requests": [{"number": pr["number"], "head": {"ref": case.name, "sha": head},
                            "base": {"ref": case.base}}],

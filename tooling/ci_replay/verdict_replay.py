@@ -8,7 +8,9 @@ passing controls), on a real git repository standing for vLLM:
 
 1. act runs the caller's ``changes`` job (``examples/vllm-caller.yml`` as the case's head has it) on
    ``pull_request``, in the repository checked out at the head: the real ``git diff`` against the merge base and
-   ``python3 -m tooling.ci.moe_paths match``; its tiers and promise are read from the job's output;
+   ``python3 -m tooling.ci.moe_paths match``; its tiers and promise are read from the job's output. For the
+   compiled-source cases (``Case.wheels``) act runs the ``wheels`` job after it (``wheels_job.py``), and what each job
+   concluded goes into the run's job list;
 2. the run's record is what GitHub would hold (``verdict_cases.scenario``), served by ``fake_github.py`` on loopback;
 3. act runs the verdict workflow (``examples/vllm-verdict.yml``) on ``workflow_run`` with the event GitHub would
    send (act takes it as ``-e event.json``: it runs a workflow_run trigger like any other), ``GITHUB_API_URL``
@@ -18,8 +20,9 @@ passing controls), on a real git repository standing for vLLM:
 
 The stand-ins beside the hosted replay's (README.md): the two checkouts of ``your-org/moegate`` are this checkout's
 copy (the verdict's checkout loses ``repository:``/``ref:``, so act copies its working folder, the moegate copy; the
-caller's becomes a ``cp`` of it into ``.moegate``); GitHub's API is ``fake_github.py``; the run's jobs succeeded
-(what ran, not how it went, is under test: the legs themselves are the hosted replay's and the GPU runs'). Results go
+caller's becomes a ``cp`` of it into ``.moegate``); GitHub's API is ``fake_github.py``; the run's jobs act did not
+run succeeded (what ran, not how it went, is under test: the legs themselves are the hosted replay's and the GPU
+runs'); the wheels job's stand-ins are ``wheels_job.py``'s and ``compiled_tree.py``'s. Results go
 to ``results/verdict-replay.md`` and ``.json``.
 """
 
@@ -39,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from tooling.ci_replay import verdict_cases as vc
-from tooling.ci_replay.common import ACT_DIR, ANSI, RESULTS, ReplayError, _run
+from tooling.ci_replay import wheels_job
+from tooling.ci_replay.common import ACT_DIR, ANSI, PINNED, RESULTS, ReplayError, _run
 from tooling.ci_replay.fake_github import Server
 from tooling.ci_replay.replay import host_env
 from tooling.ci_replay.results import machine
@@ -55,10 +59,10 @@ from tooling.ci_replay.standins import (
 VERDICT_CHECKOUT = "          repository: your-org/moegate\n          ref: {pin}  # the reviewed moegate commit\n"
 CALLER_CHECKOUT = re.compile(
     r"      - uses: actions/checkout@[0-9a-f]{40} # v[\d.]+\n        with:\n          repository: your-org/moegate\n"
-    r"          ref: [0-9a-f]{40}.*\n          path: \.moegate\n          persist-credentials: false\n"
+    r"          ref: [0-9a-f]{40}.*\n          path: (\.?moegate)\n          persist-credentials: false\n"
 )
 CALLER_STAND_IN = (
-    '      - run: cp -a "$MOEGATE_REPLAY_MOEGATE" .moegate  # ci-replay stand-in: moegate at the pinned commit\n'
+    '      - run: cp -a "$MOEGATE_REPLAY_MOEGATE" \\1  # ci-replay stand-in: moegate at the pinned commit\n'
 )
 TIERS_LINE = re.compile(r"changed paths reach the fused MoE: tiers (\S+)")
 PROMISE_LINE = re.compile(r"^promise (identical|equivalent)$")
@@ -73,9 +77,10 @@ def verdict_workflow(dest: Path) -> Path:
     return dest
 
 
-def caller_workflow(text: str, dest: Path) -> Path:
-    dest.write_text(rewrite(text, CALLER_CHECKOUT.pattern, CALLER_STAND_IN, "moegate checkout -> cp of the copy",
-                            "the caller", regex=True))  # fmt: skip
+def caller_workflow(text: str, dest: Path, wheels: bool = False) -> Path:
+    text = rewrite(text, CALLER_CHECKOUT.pattern, CALLER_STAND_IN, "moegate checkout -> cp of the copy", "the caller",
+                   regex=True)  # fmt: skip
+    dest.write_text(wheels_job.workflow(text) if wheels else text)
     return dest
 
 
@@ -110,8 +115,9 @@ def replay_case(case: vc.Case, ctx: dict[str, Any]) -> dict[str, Any]:
     outputs: dict[str, str] = {}
     caller_text = _run(["git", "-C", str(repo), "show", f"{head}:{vc.CALLER_PATH}"]).stdout
     record: dict[str, Any] = {"shows": case.shows, "head": head[:12]}
+    concluded: dict[str, str] = {}
     if "changes" in (vc.caller_at(repo, head).get("jobs") or {}):
-        workflow = caller_workflow(caller_text, run_dir / "workflows" / f"caller-{case.name}.yml")
+        workflow = caller_workflow(caller_text, run_dir / "workflows" / f"caller-{case.name}.yml", bool(case.wheels))
         event = run_dir / f"pr-{case.name}.json"
         pr = vc.workflow_run_event(repo, case, head)["workflow_run"]["pull_requests"][0]
         merge_base = _run(["git", "-C", str(repo), "merge-base", case.base, head]).stdout.strip()
@@ -120,23 +126,31 @@ def replay_case(case: vc.Case, ctx: dict[str, Any]) -> dict[str, Any]:
                                      "pull_request": {"number": pr["number"], "labels": labels,
                                                       "head": {"sha": head, "ref": case.name},
                                                       "base": {"sha": merge_base, "ref": case.base}}}))  # fmt: skip
-        env = {**ctx["env"], "MOEGATE_REPLAY_MOEGATE": str(ctx["moegate"])}
-        cmd = ["pull_request", "-W", str(workflow), "-j", "changes", "-e", str(event), *_common(ctx["act_dir"]),
-               "--env", f"MOEGATE_REPLAY_MOEGATE={ctx['moegate']}"]  # fmt: skip
-        records, status = _act(act, cmd, repo, env, run_dir / f"{case.name}-changes.jsonl")
+        given = {"MOEGATE_REPLAY_MOEGATE": str(ctx["moegate"])}
+        if case.wheels:  # -j wheels runs its need, changes, first
+            given.update(wheels_job.env(run_dir, case.name, repo, ctx["index"]))
+        job = "wheels" if case.wheels else "changes"
+        cmd = ["pull_request", "-W", str(workflow), "-j", job, "-e", str(event), *_common(ctx["act_dir"]),
+               *(a for k, v in given.items() for a in ("--env", f"{k}={v}"))]  # fmt: skip
+        log = run_dir / f"{case.name}-{job}.jsonl"
+        records, status = _act(act, cmd, repo, {**ctx["env"], **given}, log)
         lines = _lines(records)
         tiers = next((m.group(1) for ln in lines if (m := TIERS_LINE.search(ln))), None)
         promise = next((m.group(1) for ln in lines if (m := PROMISE_LINE.match(ln.strip()))), None)
-        if status or tiers is None or promise is None:
+        concluded = wheels_job.results(records)
+        if concluded.get("changes") != "success" or tiers is None or promise is None or (status and not case.wheels):
             raise ReplayError(f"{case.name}: the caller's changes job did not say its tiers (act exit {status}; "
-                              f"log {run_dir / f'{case.name}-changes.jsonl'})")  # fmt: skip
+                              f"log {log})")  # fmt: skip
         outputs = {"tiers": tiers, "promise": promise}
         record["changes"] = f"tiers {tiers}, promise {promise}"
+        if case.wheels:
+            record["wheels"] = wheels_record(case, records, concluded)
     else:
         record["changes"] = "no changes job in the caller at the head"
-    scenario = vc.scenario(repo, case, heads, outputs)
+    scenario = vc.scenario(repo, case, heads, outputs, concluded)
     event = run_dir / f"run-{case.name}.json"
-    event.write_text(json.dumps(vc.workflow_run_event(repo, case, head)))
+    run_conclusion = "failure" if "failure" in concluded.values() else "success"
+    event.write_text(json.dumps(vc.workflow_run_event(repo, case, head, run_conclusion)))
     with Server(scenario) as url:
         cmd = ["workflow_run", "-W", str(ctx["verdict"]), "-e", str(event), *_common(ctx["act_dir"]),
                "--env", f"GITHUB_API_URL={url}"]  # fmt: skip
@@ -150,7 +164,8 @@ def replay_case(case: vc.Case, ctx: dict[str, Any]) -> dict[str, Any]:
         wall_s=round(time.monotonic() - started), exit=exit_code, statuses=states,
         line=next((ln.strip() for ln in lines if case.want_line in ln), None),
         headline=next((ln.strip() for ln in lines if ln.startswith(("## moegate verdict", "moegate verdict:"))), None),
-        ok=states == [case.want_state] and exit_code == case.want_exit and case.want_line in said,
+        ok=states == [case.want_state] and exit_code == case.want_exit and case.want_line in said
+        and (not case.wheels or record["wheels"]["ok"]),
         want=f"{case.want_state}, exit {case.want_exit}",
     )  # fmt: skip
     print(f"verdict-replay: {case.name}: {'as it must' if record['ok'] else 'NOT as it must'} "
@@ -158,17 +173,49 @@ def replay_case(case: vc.Case, ctx: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+HASH_LINE = re.compile(r"^\s+[0-9a-f]{64}\s+vllm/\S+\.so$")
+
+
+def _hashes(said: list[str]) -> list[str]:
+    """``moegate builds compare``'s extension lines, each with its build (``base build ...:``, ``PR build ...:``)."""
+    build, out = "", []
+    for ln in said:
+        build = ln.split(" build ", 1)[0] if ln.startswith(("base build ", "PR build ")) else build
+        out += [f"{build}: {ln.strip()}"] if HASH_LINE.match(ln) else []
+    return out
+
+
+def wheels_record(case: vc.Case, records: list[dict[str, Any]], concluded: dict[str, str]) -> dict[str, Any]:
+    """The wheels job as act ran it: its conclusion, its failing step, the case's line and the hashes it printed."""
+    said = wheels_job.lines(records)
+    hits = [(step, ln.strip()) for step, ln in said if case.wheels_line in ln]
+    line = next((h for h in hits if "::error::" in h[1]), hits[0] if hits else None)  # the job's annotation first
+    return {
+        "conclusion": concluded.get("wheels", "did not run"), "failed_step": wheels_job.failed_step(records),
+        "line": list(line) if line else None, "hashes": _hashes([ln for _, ln in said]),
+        "ok": concluded.get("wheels") == case.wheels and line is not None,
+    }  # fmt: skip
+
+
 def render(data: dict[str, Any]) -> str:
-    rows = []
+    rows, wheels = [], []
     for name, rec in data["cases"].items():
         got = f"{', '.join(rec['statuses']) or 'no status'}, exit {rec['exit']}"
-        rows.append(f"| `{name}` | {rec['shows']} | {rec['changes']} | {rec['want']} | **{got}** | "
+        jobs = rec["changes"]
+        if "wheels" in rec:
+            w = rec["wheels"]
+            jobs += f"; wheels: {w['conclusion']}" + (f" (step: {w['failed_step']})" if w["failed_step"] else "")
+            wheels += [f"- `{name}`: the wheels job {w['conclusion']}"
+                       + (f"; {w['line'][0]}: `{w['line'][1]}`" if w["line"] else "; **not the case's line**"),
+                       *(f"  - `{h}`" for h in w["hashes"])]  # fmt: skip
+        rows.append(f"| `{name}` | {rec['shows']} | {jobs} | {rec['want']} | **{got}** | "
                     f"{'yes' if rec['ok'] else '**no**'} | {rec['wall_s']} s |")  # fmt: skip
     lines = [f"- `{name}`: {rec['line'] or rec['headline'] or '(no line)'}" for name, rec in data["cases"].items()]
     return "\n".join([
         "# The verdict's done-when cases through act",
         "",
-        (f"act {data['act']} in host mode, under `env -i`, on {data['machine']}; the caller's `changes` job on "
+        (f"act {data['act']} in host mode, under `env -i`, on {data['machine']}; the caller's `changes` job (and, "
+        "for the compiled-source cases, its `wheels` job after it) on "
         "`pull_request`, then the verdict workflow on `workflow_run` (a synthetic event, `-e`), GitHub's API played "
         "by `tooling/ci_replay/fake_github.py` over a real git repository. How and what stands in: "
         "[tooling/ci_replay/verdict_replay.py](../tooling/ci_replay/verdict_replay.py), "
@@ -176,7 +223,7 @@ def render(data: dict[str, Any]) -> str:
         "",
         f"Command: `{data['command']}` at {data['revision']}, {data['date']}.",
         "",
-        "| case | shows | the caller's changes job | must post | posted | as it must | wall |",
+        "| case | shows | the caller's jobs | must post | posted | as it must | wall |",
         "| --- | --- | --- | --- | --- | --- | --- |",
         *rows,
         "",
@@ -184,6 +231,8 @@ def render(data: dict[str, Any]) -> str:
         "",
         *lines,
         "",
+        *([("The wheels job's lines as act printed them (its step, the case's line; both builds' extension hashes, "
+           "from `moegate builds compare`):"), "", *wheels, ""] if wheels else []),
     ])  # fmt: skip
 
 
@@ -216,9 +265,14 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     _commit(moegate, f"verdict-replay of {revision}")
     act_dir = run_dir / ACT_DIR
     act_dir.mkdir()
-    for owner, repo, sha in sorted({(m.group(1), m.group(2), m.group(3)) for f in ("vllm-verdict.yml", "vllm-caller.yml")
-                                    for m in re.finditer(r"uses:\s*([\w.-]+)/([\w.-]+)@([0-9a-f]{40})",
-                                                         (vc.EXAMPLES / f).read_text())}):  # fmt: skip
+    for owner, repo, sha in sorted(
+        {
+            (m.group(1), m.group(2), m.group(3))
+            for f in ("vllm-verdict.yml", "vllm-caller.yml")
+            for m in PINNED.finditer((vc.EXAMPLES / f).read_text())
+            if m.group(3) != vc.PIN
+        }
+    ):  # fmt: skip (moegate's own call is not act's to fetch)
         offline_action(act_dir, Path(args.snapshots), owner, repo, sha)
     py312 = find_interpreter("3.12")
     if py312 is None:
@@ -228,10 +282,12 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     (run_dir / "bin").mkdir()
     repo = run_dir / "vllm"
     heads = vc.make_repo(repo)
+    main_head = _run(["git", "-C", str(repo), "rev-parse", "main"]).stdout.strip()
     ctx = {
         "repo": repo, "heads": heads, "run_dir": run_dir, "act": act, "act_dir": act_dir, "moegate": moegate,
         "verdict": verdict_workflow(run_dir / "workflows" / "verdict.yml"), "env": host_env(run_dir, run_dir / "bin"),
         "repository": {"full_name": vc.REPO, "name": "vllm", "owner": {"login": vc.REPO.split("/")[0]}},
+        "index": wheels_job.publish(run_dir, [main_head]),  # main's published wheel: the merge bases' pins find it
     }  # fmt: skip
     act_version = _run([act, "--version"]).stdout.split()[-1]
     results = {case.name: replay_case(case, ctx) for case in cases}
@@ -242,8 +298,10 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
     data: dict[str, Any] = {"act": act_version, "machine": machine(), "revision": revision, "command": command,
                             "date": f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
                             "cases": {c.name: merged[c.name] for c in vc.CASES if c.name in merged}}  # fmt: skip
-    out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
-    out.write_text(render(data))
+    for path, text in ((out.with_suffix(".json"), json.dumps(data, indent=1) + "\n"), (out, render(data))):
+        tmp = path.with_name(f".{path.name}.tmp")  # whole or not at all
+        tmp.write_text(text)
+        os.replace(tmp, path)
     if not args.keep:
         subprocess.run(["rm", "-rf", str(run_dir)], check=False)
     ok = all(r["ok"] for r in results.values())

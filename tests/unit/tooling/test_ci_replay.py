@@ -72,13 +72,19 @@ def test_the_verdict_replays_stand_ins_still_apply_to_the_examples(tmp_path):
     )
     assert "repository" not in checkout["with"] and "ref" not in checkout["with"]
     caller = (ROOT / "examples" / "vllm-caller.yml").read_text()
-    changes = yaml.safe_load(vr.caller_workflow(caller, tmp_path / "caller.yml").read_text())["jobs"]["changes"]
-    assert [s.get("run", "").split("  #")[0] for s in changes["steps"][:2]] == [
+    jobs = yaml.safe_load(vr.caller_workflow(caller, tmp_path / "caller.yml", wheels=True).read_text())["jobs"]
+    assert [s.get("run", "").split("  #")[0] for s in jobs["changes"]["steps"][:2]] == [
         "",
         'cp -a "$MOEGATE_REPLAY_MOEGATE" .moegate',
     ]
+    assert [s.get("run", "").split("  #")[0] for s in jobs["wheels"]["steps"][:2]] == [
+        'cp -a "$MOEGATE_REPLAY_VLLM" vllm',  # act skips a checkout of the repository it runs, whatever its path
+        'cp -a "$MOEGATE_REPLAY_MOEGATE" moegate',
+    ]
     with pytest.raises(ReplayError, match="stand-in 'moegate checkout -> cp of the copy' no longer applies"):
-        vr.caller_workflow(caller.replace("path: .moegate", "path: moegate"), tmp_path / "caller.yml")
+        vr.caller_workflow(caller.replace("repository: your-org/moegate", "repository: o/m"), tmp_path / "caller.yml")
+    with pytest.raises(ReplayError, match="stand-in 'vLLM checkout into vllm/ -> cp of the repository' no longer"):
+        vr.caller_workflow(caller.replace("path: vllm", "path: src"), tmp_path / "caller.yml", wheels=True)
 
 
 def test_the_download_stand_in_lays_artifacts_out_as_download_artifact_does(tmp_path):
@@ -109,3 +115,33 @@ def test_the_download_stand_in_lays_artifacts_out_as_download_artifact_does(tmp_
     assert (tmp_path / "one" / "reports" / "leg.json").read_text() == "vllm-wheels"
     assert "Artifact not found for name: nope" in download("x", NAME="nope").stdout + download("x", NAME="nope").stderr
     assert download("x", RUN_ID="123").returncode == 1
+
+
+def test_the_upload_stand_in_keeps_files_relative_to_the_search_paths_common_ancestor(tmp_path):
+    """As upload-artifact stores them: one directory's files without it (the wheels job's ``$RUNNER_TEMP/wheels/``
+    holds ``base/``, ``pr/``, ``compiled/``), several paths' under their common ancestor, one file as itself."""
+    import os
+    import subprocess
+    import sys
+
+    from tooling.ci_replay.standins import UPLOAD_STUB_SCRIPT
+
+    ws, temp, kept = tmp_path / "ws", tmp_path / "temp", tmp_path / "artifacts"
+    for f in (ws / "reports" / "a.md", ws / "golden" / "x" / "y.obtained", ws / ".hypothesis" / "db",
+              temp / "wheels" / "base" / "v.whl"):  # fmt: skip
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f.name)
+    script = tmp_path / "upload.py"
+    script.write_text(UPLOAD_STUB_SCRIPT)
+
+    def upload(name: str, paths: str, hidden: str = "false") -> list[str]:
+        env = {"NAME": name, "PATHS": paths, "HIDDEN": hidden, "IF_NONE": "warn", "OVERWRITE": "false"}
+        subprocess.run([sys.executable, str(script)], cwd=ws, check=True, capture_output=True,
+                       env={**os.environ, "MOEGATE_REPLAY_ARTIFACTS": str(kept), **env})  # fmt: skip
+        return sorted(str(p.relative_to(kept / name)) for p in (kept / name).rglob("*") if p.is_file())
+
+    assert upload("wheels", f"{temp}/wheels/") == ["base/v.whl"]
+    assert upload("legs", "reports/\ngolden/**/*.obtained\n.hypothesis/", "true") == [
+        ".hypothesis/db", "golden/x/y.obtained", "reports/a.md"]  # fmt: skip
+    assert upload("db", ".hypothesis/", "true") == ["db"]
+    assert upload("one", "reports/a.md") == ["a.md"]

@@ -129,6 +129,23 @@ def test_each_failing_leg_is_named_with_a_link_to_its_job():
     assert f"GPU leg e2e-random-base-vs-pr: failure ({leg.url})" in reasons
 
 
+def test_a_failed_wheels_job_is_named_first_and_moegates_skipped_call_leaves_every_leg_missing():
+    run = _run(jobs=tuple(Job(j["name"], j["conclusion"], tuple(j["labels"]), j["html_url"])
+                          for j in run_jobs(CALLER, {"tiers": "dispatch,kernels,e2e,ab", "promise": "identical"},
+                                            {"wheels": "failure"})))  # fmt: skip
+    assert [(j.name, j.conclusion) for j in run.jobs] == [
+        ("paths that reach the fused MoE", "success"),
+        ("base and PR wheels", "failure"),
+        ("moegate", "skipped"),
+    ]
+    verdict = judge(POLICY, run)
+    assert verdict.headline() == (
+        "FAIL: the caller's job 'wheels' (base and PR wheels): failure "
+        "(https://github.com/vllm-project/vllm/actions/runs/4242/job/9001)"
+    )
+    assert "GPU leg kernels-pr did not run" in verdict.reasons
+
+
 def test_legs_on_other_runners_or_with_looser_settings_fail():
     run = _jobs_where(_run(), lambda j: "kernels-pr" in j.name, labels=("self-hosted", "gpu", "a10"))
     assert any("without linux, x64, rtx4090" in r for r in judge(POLICY, run).reasons)

@@ -48,8 +48,11 @@ def _verdict(scenario: Scenario, event: dict, tmp_path: Path, **env: str) -> sub
 def test_each_done_when_case_gets_its_status_and_line(case, vllm, tmp_path):
     repo, heads = vllm
     head = heads[case.name][-1]
-    scenario = vc.scenario(repo, case, heads[case.name], vc.changes_outputs(repo, case, head))
-    proc = _verdict(scenario, vc.workflow_run_event(repo, case, head), tmp_path)
+    concluded = {"wheels": vc.wheels_conclusion(repo, case, head)} if case.wheels else {}
+    assert concluded.get("wheels") == case.wheels  # the wheels job ends as the case says (the replay: through act)
+    scenario = vc.scenario(repo, case, heads[case.name], vc.changes_outputs(repo, case, head), concluded)
+    event = vc.workflow_run_event(repo, case, head, "failure" if "failure" in concluded.values() else "success")
+    proc = _verdict(scenario, event, tmp_path)
     said = proc.stdout + proc.stderr
     assert proc.returncode == case.want_exit, said
     assert [(s["sha"], s["state"], s["context"]) for s in scenario.statuses] == [(head, case.want_state, "moegate")]
