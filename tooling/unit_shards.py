@@ -14,7 +14,7 @@ from __future__ import annotations
 
 TIER = "tests/unit"
 
-SHARD_1 = ("kernels", "lab", "ab", "reach", "offload", "census")
+SHARD_1 = ("kernels", "lab", "serve", "ab", "reach", "offload", "census")
 """Rooms of ``tests/unit`` in shard 1, chosen from one run's per-room seconds to make about half of the tier (the
 figures: results/ci-time.md, "The unit tier in two shards")."""
 
