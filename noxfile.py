@@ -9,7 +9,6 @@ nothing installed) and `--base=SPEC --pr=SPEC [--model=DIR]`: tooling/nox_{envs,
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # nox puts no folder on sys.path
 from tooling import nox_builds as builds
 from tooling import nox_envs as envs
 from tooling import nox_runs as runs
+from tooling import unit_shards
 
 nox.needs_version = ">=2024.10.9"
 nox.options.sessions = ["gate"]  # every session: python=False, in environments of its own (envs.shared_env)
@@ -55,21 +55,22 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python=False)
-@nox.parametrize(
-    "version", [nox.param(v, id=v, tags=["tests"] if v == envs.UNIT_PYTHONS[-1] else []) for v in envs.UNIT_PYTHONS]
-)
+@nox.parametrize("version", [nox.param(v, id=v) for v in envs.UNIT_PYTHONS])
 def unit(session: nox.Session, version: str) -> None:
-    """Unit tier (no vLLM, no GPU) on each Python pyproject's classifiers name (`-s "unit(3.12)"`: one); args to pytest
-    (a path among them, `-- tests/unit/e2e/test_greedy.py`, runs instead of the whole tier).
-
-    The test command (`nox -s tests`) runs it on the newest of them only: on 2 cores a second full run cost 238 s of
-    the 735 s wall (results/ci-time.md), and the oldest Python still type-checks the tree (`lint`) and drives the
-    smokes. `nox -s unit` runs every version, as the hosted `unit` job does (.github/workflows/gate.yml)."""
-    py = envs.unit_python(session, version)
-    path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the bad-input tests call `nox` itself
-    # a path among the args (`-- tests/unit/e2e/test_greedy.py`) is what runs; without one, the whole tier
+    """Unit tier (no vLLM, no GPU) on each Python pyproject's classifiers name (`-s "unit(3.12)"`: one), as the hosted
+    `unit` job runs it; args to pytest (a path among them, `-- tests/unit/e2e/test_greedy.py`, runs instead of the
+    whole tier). The test command runs the tier on the newest Python only (a second run cost 238 s of a 735 s wall on 2
+    cores: results/ci-time.md), as two shards the lanes share (`unit-shard`)."""
     where = [] if any(a.startswith("tests/unit") for a in session.posargs) else ["tests/unit"]
-    session.run(str(py), "-m", "pytest", *where, *session.posargs, env={"PATH": path}, external=True)
+    runs.unit(session, version, *where, *session.posargs)
+
+
+@nox.session(name="unit-shard", python=False, tags=["tests"])
+@nox.parametrize("shard", [nox.param(k, id=str(k)) for k in unit_shards.SHARDS])
+def unit_shard(session: nox.Session, shard: int) -> None:
+    """One of the unit tier's two shards on the newest Python, for the test command's lanes (tooling/unit_shards.py)."""
+    _no_args(session)
+    runs.unit(session, envs.UNIT_PYTHONS[-1], *unit_shards.pytest_args(shard))
 
 
 @nox.session(python=False, tags=["tests"])

@@ -32,16 +32,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 EXPECTED_S = {
-    "e2e-smoke": 420.0,
+    "e2e-smoke": 300.0,
+    "unit-shard(1)": 215.0,
+    "unit-shard(2)": 215.0,
     "ab-smoke": 200.0,
-    "meta-base-fails": 90.0,
-    "unit(3.11)": 70.0,
-    "unit(3.12)": 70.0,
-    "dispatch-0.33.0": 45.0,
-    "lint": 40.0,
-    "wheel-check": 40.0,
+    "unit(3.11)": 420.0,
+    "unit(3.12)": 420.0,
+    "meta-base-fails": 60.0,
+    "dispatch-0.33.0": 50.0,
+    "lint": 25.0,
+    "wheel-check": 15.0,
 }
-"""Seconds each session took on the 2-core machine; a session not named here counts 60 s."""
+"""Seconds each session took on the 2-core machine (results/ci-time.md, run 22 and "The unit tier in two shards");
+a session not named here counts 60 s."""
 
 _PYTEST_TOTALS = re.compile(r"^=+ (?P<body>.*\d+ (?:passed|failed|skipped|error|errors).*) in [\d.]+s.* =+$")
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
@@ -111,6 +114,19 @@ def load_times(path: Path) -> dict[str, float]:
     if not isinstance(raw, dict):
         return dict(EXPECTED_S)
     return {**EXPECTED_S, **{k: float(v) for k, v in raw.items() if isinstance(v, (int, float))}}
+
+
+def recorded_times(before: Mapping[str, float], outcomes: Sequence[Outcome]) -> dict[str, float]:
+    """The times the next plan reads: a passed session's own; a failed one's only where longer than the time before.
+
+    A failed session may have stopped early, so its time can understate it; but the time before may be a default far
+    below it: the unit tier, failed once in 466 s, was planned next at ``EXPECTED_S``'s 70 s, in the lane of every
+    small session (results/ci-time.md, runs 21 and 22: 577 s)."""
+    out = dict(before)
+    for o in outcomes:
+        if o.passed or o.seconds > out.get(o.session, 0.0):
+            out[o.session] = round(o.seconds, 1)
+    return out
 
 
 def _run_lane(index: int, names: list[str], outcomes: list[Outcome], lock: threading.Lock) -> None:
@@ -183,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes = run(lanes_plan)
     text, ok = summary(outcomes, time.monotonic() - t0)
     print(text, flush=True)
-    measured = {**durations, **{o.session: round(o.seconds, 1) for o in outcomes if o.passed}}
+    measured = recorded_times(durations, outcomes)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")

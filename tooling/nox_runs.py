@@ -103,6 +103,13 @@ def write_json(path: Path, found: dict[str, object]) -> str:
     return text
 
 
+def unit(session: Session, version: str, *args: str) -> None:
+    """The unit tier's pytest on Python `version` (`nox -s unit`, `unit-shard`), with `args`."""
+    py = envs.unit_python(session, version)
+    path = f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the bad-input tests call `nox` itself
+    session.run(str(py), "-m", "pytest", *args, env={"PATH": path}, external=True)
+
+
 def lint(session: Session) -> None:
     """ruff check, ruff format --check, mypy, zizmor, actionlint (`nox -s lint`): every tool must pass."""
     tools = envs.shared_env(session, "_lint", envs.LINT_TOOLS).parent

@@ -67,3 +67,13 @@ def test_a_broken_times_file_falls_back_to_the_expected_durations(tmp_path, bad)
     path = tmp_path / "lane-times.json"
     path.write_text(bad)
     assert lanes.load_times(path) == lanes.EXPECTED_S
+
+
+def test_a_failed_session_keeps_the_longer_of_its_time_and_the_time_before():
+    before = {"unit-shard(1)": 70.0, "e2e-smoke": 300.0, "lint": 25.0}
+    outcomes = [
+        lanes.Outcome("unit-shard(1)", 0, 1, 466.0, ""),  # failed late: its time is the better guess
+        lanes.Outcome("e2e-smoke", 1, 1, 12.0, ""),  # failed early: the time before stays
+        lanes.Outcome("lint", 1, 0, 20.0, ""),  # passed: its own time, shorter or not
+    ]
+    assert lanes.recorded_times(before, outcomes) == {"unit-shard(1)": 466.0, "e2e-smoke": 300.0, "lint": 20.0}
