@@ -5,10 +5,15 @@ unexercised, though the tier's strategies can draw them: SiTU and GELU at the mo
 examples a property over eleven activations miss one often); batches past the tier's decode sizes
 (``MAX_KERNEL_TOKENS``: vLLM's default config picks ``BLOCK_SIZE_M`` 64 past 96 tokens and 128 past 512, and
 the alignment pads to it); grouped int8_w8a16 at the legacy entrypoint past 20 tokens (the Triton wNa16
-kernel, whose default ``BLOCK_SIZE_M`` steps at 20 and 40) and at a shape vLLM ships a tuned config for.
-Each is a fixed call (parametrized, no Hypothesis draw), at one kernel shape (``SHAPE``: vLLM has no tuned
-config for it, so its default config runs) but the last, against the torch reference
-(``moegate.kernels.tolerance``) and the path the spec requires.
+kernel, whose default ``BLOCK_SIZE_M`` steps at 20 and 40). Each is a fixed call (parametrized, no Hypothesis
+draw), at one kernel shape (``SHAPE``: vLLM has no tuned config for it, so its default config runs), against the
+torch reference (``moegate.kernels.tolerance``) and the path the spec requires.
+
+Grouped int8 at a shape vLLM ships a tuned config for (E=16, N=3072, int8_w8a16, H100 and H200) was drawn here
+once and left: on the H100 (results/device-h100-2.md) a clean vLLM 0.33.0 raised ``TypeError: dynamic_func()
+missing 1 required positional argument: 'SPLIT_K'``, the Triton wNa16 launch taking a tuned config without the
+``SPLIT_K`` the default configs carry: a crash of the release itself, which a gate of pull requests against it
+cannot hold as a test (every pull request would fail it). The reach report's reason for that arm says so.
 """
 
 from __future__ import annotations
@@ -76,24 +81,3 @@ def test_batches_past_the_decode_sizes_match_the_reference(cuda_target, bank, en
 def test_grouped_int8_weights_past_20_tokens_match_the_reference_at_the_legacy_entrypoint(cuda_target, bank, tokens):
     """int8 is never vLLM's CUDA wNa16 kernel (int4 only): the Triton wNa16 kernel, BLOCK_SIZE_M 32 then 64."""
     _checked(cuda_target, bank, _case(tokens, 4, quant=Quant("int8_w8a16", 64)), "legacy")
-
-
-TUNED_WNA16_SHAPE = (16, 1024, 3072)
-"""(experts, hidden, intermediate): vLLM 0.33.0 ships an int8_w8a16 config for E=16, N=3072 on the H100 and the
-H200 (``configs/E=16,N=3072,device_name=NVIDIA_H100_80GB_HBM3,dtype=int8_w8a16.json``); a grouped ``block_shape``
-``[0, g]`` names no block in the file name, so grouped int8 weights read it too (census: ``tuned`` int8_w8a16)."""
-
-
-def test_grouped_int8_weights_at_a_shape_with_a_tuned_config_match_the_reference(cuda_target, bank):
-    """The tuned BLOCK_SIZE_N and BLOCK_SIZE_K stand (``get_moe_wna16_block_config`` returns none of its own)."""
-    experts, hidden, inter = TUNED_WNA16_SHAPE
-    case = MoECase(
-        num_tokens=4,
-        top_k=2,
-        num_experts=experts,
-        hidden=hidden,
-        intermediate=inter,
-        placement=Placement(False, False),
-        quant=Quant("int8_w8a16", 128),
-    )
-    _checked(cuda_target, bank, case, "legacy")
