@@ -24,19 +24,27 @@ TARGET = 0.80
 SCORED = ("killed", "flagged", "survived")
 
 
-def verdict(result: Mapping[str, Any], bug: Bug | None, tiers: str) -> tuple[str, str]:
-    """(verdict, why) of one result: killed | flagged | survived | unexplained | not judged | not run | stale."""
+def verdict(
+    result: Mapping[str, Any], bug: Bug | None, tiers: str, base_fails: frozenset[str] = frozenset()
+) -> tuple[str, str]:
+    """(verdict, why) of one result: killed | flagged | survived | unexplained | not judged | not run | stale.
+
+    ``base_fails``: the tests the run's unplanted build failed. A bug whose first failing test is one of them is
+    not judged: that test fails without the bug (a gate stops at its first failure, so what came after is unknown).
+    """
     status = result["status"]
+    if status == "not-run":  # never started: nothing was planted, so nothing can be stale either
+        return "not run", result.get("error", "")
     if bug is not None and result.get("fingerprint") != bug.fingerprint:
         return "stale", "the corpus re-plants it differently since this run: run it again"
-    if status == "not-run":
-        return "not run", result.get("error", "")
     if status != "ran":
         return "not judged", result.get("error", "")
     failures = result.get("failures", [])
     behaviour = [f for f in failures if not f["review"]]
     if behaviour:
         first = behaviour[0]
+        if first["nodeid"] in base_fails:
+            return "not judged", f"its first failing test, `{first['nodeid']}`, fails on the unplanted build too"
         return "killed", f"{first['tier']}: `{first['nodeid']}`"
     if failures:
         return "flagged", "review only: " + ", ".join(f"`{f['nodeid']}`" for f in failures)
@@ -53,10 +61,16 @@ def verdict(result: Mapping[str, Any], bug: Bug | None, tiers: str) -> tuple[str
     return "unexplained", "survived with no reviewed explanation in the corpus"
 
 
+def baseline_failures(summary: Mapping[str, Any]) -> frozenset[str]:
+    """The tests the run's unplanted build failed (none where it passed)."""
+    base = next((r for r in summary["results"] if r["id"] == "baseline"), None)
+    return frozenset(f["nodeid"] for f in (base or {}).get("failures", []))
+
+
 def tally(summary: Mapping[str, Any], bugs: Sequence[Bug]) -> Counter[str]:
-    by_id = {b.id: b for b in bugs}
+    by_id, fails = {b.id: b for b in bugs}, baseline_failures(summary)
     return Counter(
-        verdict(r, by_id.get(r["id"]), summary["tiers"])[0] for r in summary["results"] if r["id"] != "baseline"
+        verdict(r, by_id.get(r["id"]), summary["tiers"], fails)[0] for r in summary["results"] if r["id"] != "baseline"
     )
 
 
@@ -83,10 +97,10 @@ def baseline_ok(summary: Mapping[str, Any]) -> tuple[bool, str]:
 def unexplained(summary: Mapping[str, Any], bugs: Sequence[Bug]) -> list[str]:
     """Bugs not killed whose survival nothing explains: unexplained survivors, flagged bugs without a reason, and
     results of a re-plant the corpus has since changed."""
-    by_id = {b.id: b for b in bugs}
+    by_id, fails = {b.id: b for b in bugs}, baseline_failures(summary)
     out = []
     for r in summary["results"]:
-        v = verdict(r, by_id.get(r["id"]), summary["tiers"])[0] if r["id"] != "baseline" else ""
+        v = verdict(r, by_id.get(r["id"]), summary["tiers"], fails)[0] if r["id"] != "baseline" else ""
         if v in ("unexplained", "stale") or (v == "flagged" and not (r["id"] in by_id and by_id[r["id"]].survives)):
             out.append(r["id"])
     return out
@@ -102,7 +116,7 @@ def _cell(text: str) -> str:
 
 
 def _section(summary: Mapping[str, Any], bugs: Sequence[Bug]) -> list[str]:
-    by_id = {b.id: b for b in bugs}
+    by_id, fails = {b.id: b for b in bugs}, baseline_failures(summary)
     ok, base = baseline_ok(summary)
     lines = [
         f"## {summary['device']}: tiers {summary['tiers']}",
@@ -130,7 +144,7 @@ def _section(summary: Mapping[str, Any], bugs: Sequence[Bug]) -> list[str]:
         if r["id"] == "baseline":
             continue
         bug = by_id.get(r["id"])
-        v, why = verdict(r, bug, summary["tiers"])
+        v, why = verdict(r, bug, summary["tiers"], fails)
         where = ", ".join(dict.fromkeys(f"`{Path(e.file).name}::{e.scope}`" for e in bug.edits)) if bug else ""
         upstream = f"[#{bug.upstream.rsplit('#', 1)[-1]}]({bug.url})" if bug else ""
         by = why if v in ("killed", "flagged") else ""

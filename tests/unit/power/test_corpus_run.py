@@ -163,6 +163,18 @@ def test_a_result_of_a_re_plant_the_corpus_has_since_changed_is_stale_and_fails_
     assert not passed([_summary(result)], [moved])
 
 
+def test_a_kill_by_a_test_the_baseline_fails_too_is_not_judged_and_a_gate_never_started_is_not_run() -> None:
+    """The second H100 run: the unplanted build failed one test (a crash of vLLM 0.33.0 itself), two bugs stopped
+    at that same test, and the budget left five unstarted (no fingerprint: nothing was planted)."""
+    other = ("tests/kernels/test_kernel_census.py::test_biases[legacy]", False)
+    summary = _summary(_result("a", 1, BEHAVIOUR), _result("b", 1, other), _result("c", None, status="not-run"))
+    summary["results"][0] = _result("baseline", 1, BEHAVIOUR)
+    summary["results"][-1].pop("fingerprint")
+    bugs = [_bug("a"), _bug("b"), _bug("c")]
+    assert tally(summary, bugs) == {"not judged": 1, "killed": 1, "not run": 1}
+    assert "fails on the unplanted build too" in render([summary], bugs)
+
+
 def test_an_unexplained_survivor_or_a_failing_baseline_fails_the_report() -> None:
     bugs = [_bug("u")]
     assert not passed([_summary(_result("u", 0))], bugs)
