@@ -153,5 +153,6 @@ def test_static_fp8_scales_round_trip_and_leave_other_quantized_cases_as_they_se
 
 @pytest.mark.parametrize("quant", [("fp8_w8a8", 128), ("int8_w8a16", 0), ("int4_w4a16", 64)])
 def test_static_activation_scales_are_refused_outside_per_tensor_fp8(quant):
+    scheme, group = quant
     with pytest.raises(ValueError, match="static activation scales are fp8_w8a8 per-tensor only"):
-        Quant(*quant, static_scales=True)
+        Quant(scheme, group, static_scales=True)
