@@ -172,7 +172,10 @@ class Runner:
         junit = folder / "gate.xml"
         junit.unlink(missing_ok=True)
         base = str(self.work / BASELINE / "build" / "bin" / "python")  # built first: the baseline runs before any bug
-        cmd = gate_command(python, self.plan.tiers, junit, f"vLLM {self.version} + {name}", self.plan.full, base)
+        # the baseline runs every test: its failures are what a bug's first failing test is held against
+        # (corpus_report.verdict's "not judged"), and a stop at its first one would leave the later ones unknown
+        full = self.plan.full or bug is None
+        cmd = gate_command(python, self.plan.tiers, junit, f"vLLM {self.version} + {name}", full, base)
         env = {**os.environ, **self.plan.env, "MOEGATE_PROFILE": "ci", "MOEGATE_REQUIRE_VLLM": "1"}
         env.pop("PYTEST_ADDOPTS", None)
         with (folder / "gate.log").open("wb") as fh:

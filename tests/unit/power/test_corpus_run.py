@@ -242,6 +242,22 @@ def test_a_bugs_build_imports_vllm_from_its_overlay_and_the_installed_file_is_un
     assert out == [str(tmp_path / "work" / "baseline" / "overlay" / "vllm" / "pkg" / "mod.py"), "a"]
 
 
+def test_the_baseline_runs_every_test_and_a_bug_stops_at_its_first_failure(tmp_path: Path) -> None:
+    """The baseline's failures are what a bug's first failing test is held against (the report's "not judged"):
+    on the H100 the baseline stopped at its one failure, leaving its later tests unknown."""
+    site = tmp_path / "site"
+    (site / "vllm" / "pkg").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    (site / "vllm" / "pkg" / "__init__.py").write_text("")
+    (site / "vllm" / "pkg" / "mod.py").write_text("def f():\n    return 'a'\n")
+    plan = Plan(vllm_python=sys.executable, sites=(str(site),), tiers="dispatch", out=tmp_path / "out", timeout_s=60)
+    runner = Runner(plan, tmp_path / "work", site / "vllm", log=lambda _: None)
+    for bug in (None, _bug("b")):
+        runner.gate(bug)  # the stand-in vLLM fails the gate at once: only its command line matters here
+    commands = {n: (tmp_path / "out" / n / "gate.log").read_text().splitlines()[0] for n in ("baseline", "b")}
+    assert corpus_run.STOP_PLUGIN not in commands["baseline"] and corpus_run.STOP_PLUGIN in commands["b"]
+
+
 def test_a_bug_whose_gate_fails_only_the_differential_tier_is_killed_by_it() -> None:
     """The corpus runs the kernels leg's diff tier against the baseline's build: an extra rounding inside the
     tolerance passes every behaviour test and is told apart only there (issue 45: the routed weight after the cast)."""
