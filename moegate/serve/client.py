@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -25,3 +26,5 @@ def post(url: str, body: dict[str, Any], timeout_s: float = 900) -> dict[str, An
         raise RequestError(f"{url}: HTTP {exc.code}: {detail}") from None
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
         raise RequestError(f"{url}: {exc}") from None
+    except (http.client.HTTPException, ValueError) as exc:  # a server killed mid-answer: cut short, or not JSON
+        raise RequestError(f"{url}: the answer was cut short or unreadable ({type(exc).__name__}: {exc})") from None
