@@ -6,27 +6,19 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
 
 import pytest
 
-from moegate.builds.planted import PLANT_EXPERTS_SOURCE, parse_bug
+from moegate.builds.planted import parse_bug
+from tests.support.plants import experts_plants
 
 MODULAR_KERNEL = "vllm.model_executor.layers.fused_moe.modular_kernel"
-
-
-def _plants() -> Any:
-    spec = importlib.util.spec_from_file_location("moegate_planted_experts", PLANT_EXPERTS_SOURCE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("bug", ["moe-reround=3", "topk-order=reverse", "act-fp32=silu"])
 def test_each_experts_plant_patches_the_installed_vllms_entrypoints(target, monkeypatch, bug):
     config = parse_bug(bug)
-    patches = _plants().patches(config)[config["kind"]]
+    patches = experts_plants().patches(config)[config["kind"]]
     modules = {target.fm.__name__: target.fm, target.tm.__name__: target.tm}
     if MODULAR_KERNEL in patches:
         modules[MODULAR_KERNEL] = importlib.import_module(MODULAR_KERNEL)

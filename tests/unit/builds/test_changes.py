@@ -8,7 +8,7 @@ import pytest
 
 from moegate.builds.changes import ChangesError, compiled_changes, requirement_pins
 from moegate.builds.sources import DirTree, moe_sources
-from tests.support.vllm_tree import FILES, branch, commit, make_repo, real_vllm_tree
+from tests.support.vllm_tree import FILES, branch, commit, make_repo
 
 MOE = "_moe_C_stable_libtorch"
 C = "_C_stable_libtorch"
@@ -172,16 +172,6 @@ def test_a_tree_without_a_moe_target_is_not_a_vllm_tree(tmp_path):
     head = commit(r, {"x.cpp": "int x;\n"})
     with pytest.raises(ChangesError, match="not a vLLM tree at either commit .*defines no _moe_C extension"):
         compiled_changes(r, base, head)
-
-
-@pytest.fixture(scope="module")
-def real_tree(tmp_path_factory):
-    tree = real_vllm_tree(tmp_path_factory.mktemp("vllm-src"))
-    if tree is None:
-        pytest.skip(
-            "no vLLM source tree here: set MOEGATE_VLLM_SRC to a folder or sdist (or put vllm-0.33.0.tar.gz in /tmp/sdist)"
-        )
-    return tree
 
 
 def test_vllm_0_33_0s_moe_target_is_read_from_its_own_cmakelists(real_tree):

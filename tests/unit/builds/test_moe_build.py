@@ -14,7 +14,7 @@ import pytest
 from moegate.builds.cmake import commands, target_sources
 from moegate.builds.moe_build import BuildError, install, project_text, write_project
 from moegate.builds.sources import DirTree, moe_sources
-from tests.support.vllm_tree import CMAKELISTS, FILES, real_vllm_tree
+from tests.support.vllm_tree import CMAKELISTS, FILES
 
 MOE = "_moe_C_stable_libtorch"
 
@@ -92,16 +92,6 @@ def test_install_into_a_wheel_writes_a_new_wheel_whose_record_holds_the_new_hash
             "vllm/__init__.py,sha256=x,0", f"{member},sha256={digest},7", "RECORD,,"
         ]  # fmt: skip
     assert out.name == wheel.name and zipfile.ZipFile(wheel).read(member) == b"old"
-
-
-@pytest.fixture(scope="module")
-def real_tree(tmp_path_factory):
-    tree = real_vllm_tree(tmp_path_factory.mktemp("vllm-src"))
-    if tree is None:
-        pytest.skip(
-            "no vLLM source tree here: set MOEGATE_VLLM_SRC to a folder or sdist (or put vllm-0.33.0.tar.gz in /tmp/sdist)"
-        )
-    return tree
 
 
 def test_vllm_0_33_0s_project_holds_its_moe_block_and_nothing_that_fetches(real_tree, tmp_path):

@@ -5,15 +5,14 @@ test_diff_tier.py``); that they find their names in the real vLLM, by ``tests/di
 
 from __future__ import annotations
 
-import importlib.util
 import types
-from typing import Any
 
 import pytest
 import torch
 
-from moegate.builds.planted import PLANT_EXPERTS_SOURCE, BuildError, parse_bug
+from moegate.builds.planted import BuildError, parse_bug
 from tests.support.diff_standin import FUSED_MOE, FUSED_MOE_SITE
+from tests.support.plants import experts_plants
 
 TRITON_MOE = "vllm.model_executor.layers.fused_moe.experts.triton_moe"
 TRITON_SITE = """
@@ -35,20 +34,12 @@ class TritonWNA16Experts(TritonExperts):
 """
 
 
-def _plants() -> Any:
-    spec = importlib.util.spec_from_file_location("moegate_planted_experts", PLANT_EXPERTS_SOURCE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _module(name: str, source: str, bug: str | None) -> types.ModuleType:
     module = types.ModuleType(name)
     exec(source, module.__dict__)  # noqa: S102 - a stand-in's source
     if bug is not None:
         config = parse_bug(bug)
-        said = _plants().patches(config)[config["kind"]][name](module)
+        said = experts_plants().patches(config)[config["kind"]][name](module)
         assert isinstance(said, str) and said
     return module
 

@@ -11,7 +11,6 @@ The GPU's own figures come from ``lab/gpu/diff.sh``; these say the rule does wha
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import types
 from functools import cache
@@ -20,25 +19,18 @@ from typing import Any
 import pytest
 import torch
 
-from moegate.builds.planted import PLANT_EXPERTS_SOURCE, parse_bug
+from moegate.builds.planted import parse_bug
 from moegate.core.case import MoECase, Routing
 from moegate.core.spec import expected_path
 from moegate.kernels.check import reference_for
 from moegate.kernels.differential import MIN_RATIO, Outcome, encode, judge, outcome
 from moegate.kernels.inputs import WeightBank
 from tests.support.diff_standin import FUSED_MOE, FUSED_MOE_SITE
+from tests.support.plants import experts_plants
 
 POOL = 120
 PRS = 400
 CASES = 300
-
-
-def _experts_plants() -> Any:
-    spec = importlib.util.spec_from_file_location("moegate_planted_experts", PLANT_EXPERTS_SOURCE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _kernel(bug: str | None) -> Any:
@@ -47,7 +39,7 @@ def _kernel(bug: str | None) -> Any:
     exec(FUSED_MOE_SITE, module.__dict__)  # noqa: S102 - the stand-in's own source, as a build's site holds it
     if bug is not None:
         config = parse_bug(bug)
-        _experts_plants().patches(config)[config["kind"]][FUSED_MOE](module)
+        experts_plants().patches(config)[config["kind"]][FUSED_MOE](module)
     return module.fused_experts
 
 
