@@ -10,7 +10,9 @@
 # else. Each bug gets a build (python3 -m moegate.builds.planted's venv) that sees a mirror of VLLM_SITE's vllm package
 # with the bug's edit, and one `moegate gate` run (moegate.power.corpus_run); the unedited mirror's gate, the baseline,
 # runs first and must PASS. A gate ends at its first failing behaviour test (a kill needs one; survivors, and the
-# baseline, run the whole gate).
+# baseline, run the whole gate): its tests run cheapest kill first (moegate.power.corpus_stop.run_order: the kernel
+# tests that start no engine, the dispatch tier, then the engine-starting files), and its diff tier runs only where
+# the pytest tiers killed nothing (moegate.power.corpus_run.gate_steps).
 #
 # Environment:
 #   BUDGET_S     wall seconds for all of it (default 2400); the script stops its gates before and exits 0

@@ -21,6 +21,7 @@
 #                         240: a mutant's tests run beside ten others, and a mutant cut by its timeout would count as
 #                         killed), then each group's shards joined into $OUT/power-offload and $OUT/power-kernel
 #                         (python -m moegate.power join). The builds are made once, before the shards start.
+#                         POWER_GROUPS (default "offload kernel") names the groups whose shards run.
 # The script exits with its step's status.
 set -uo pipefail
 : "${OUT:?}"
@@ -72,8 +73,10 @@ power-all)
     tool=$(build "$HOME/offload-power-tool" --site "${POWER_SITE:-$HOME/power-site}")
     export POWER_SHARD_TIMEOUT_S=${POWER_SHARD_TIMEOUT_S:-1500} POWER_MUTANT_TIMEOUT_S=${POWER_MUTANT_TIMEOUT_S:-240}
     t0=$SECONDS
+    groups=${POWER_GROUPS:-offload kernel}
     for s in offload:0/5 offload:1/5 offload:2/5 offload:3/5 offload:4/5 \
         kernel:0/6 kernel:1/6 kernel:2/6 kernel:3/6 kernel:4/6 kernel:5/6; do
+        [[ " $groups " == *" ${s%%:*} "* ]] || continue
         k=${s#*:}
         bash "$0" power "${s%%:*}" "$k" >"$OUT/step-${s%%:*}-${k/\//of}.txt" 2>&1 &
         sleep "${STAGGER_S:-5}"
@@ -82,7 +85,7 @@ power-all)
     echo "power-all: shards ended in $((SECONDS - t0)) s"
     cat "$OUT"/step-*.txt | grep "^power "
     rc=0
-    for g in offload kernel; do
+    for g in $groups; do
         done_shards=$(ls -d "$OUT/power-$g"-*of[0-9]/power.json 2>/dev/null | xargs -r -n1 dirname)  # a cut one: MISSING
         [ -n "$done_shards" ] || { echo "power $g: no shard finished"; rc=1; continue; }
         "$tool" -m moegate.power join $done_shards --out "$OUT/power-$g" \

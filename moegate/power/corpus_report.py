@@ -46,10 +46,10 @@ def verdict(
         if first["nodeid"] in base_fails:
             return "not judged", f"its first failing test, `{first['nodeid']}`, fails on the unplanted build too"
         return "killed", f"{first['tier']}: `{first['nodeid']}`"
-    if failures:
-        return "flagged", "review only: " + ", ".join(f"`{f['nodeid']}`" for f in failures)
     if result.get("exit_code") == 1 and " diff FAIL " in f" {result.get('error', '')} ":
         return "killed", "diff: the differential tier, the bug's kernels against the baseline's on the same cases"
+    if failures:
+        return "flagged", "review only: " + ", ".join(f"`{f['nodeid']}`" for f in failures)
     if result.get("exit_code") != 0:
         return "not judged", f"gate exit {result.get('exit_code')} without a failing test: {result.get('error', '')}"
     if bug is None:

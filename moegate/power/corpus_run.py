@@ -9,7 +9,9 @@ as the GPU machine's unpacked vLLM), checks the build imports vLLM from the over
 
 from the checkout with ``MOEGATE_PROFILE=ci``, as the kernels leg runs the gate
 (``tooling/ci/gpu_leg.py``), except that the run ends at its first failing behaviour test
-(``moegate.power.corpus_stop``; ``--full`` runs every test). At most ``--jobs`` gates run at once;
+(``moegate.power.corpus_stop``; ``--full`` runs every test). With the ``diff`` tier, a stopping gate is two
+``moegate gate`` runs on one log: the pytest tiers, then ``--tiers diff`` only where they failed no behaviour test
+(a bug they killed is killed whatever the diff says, and the diff's two builds take minutes). At most ``--jobs`` gates run at once;
 none starts with less than ``--min-start-s`` of ``--budget-s`` left, and each is cut (its process
 group stopped) before the budget ends. Each bug's result goes to ``OUT/ID/result.json`` with its log
 and JUnit report; ``OUT/summary.json`` holds them all and ``OUT/summary.md`` renders them
@@ -113,6 +115,28 @@ def gate_command(
     return cmd if full else [*cmd, "-p", STOP_PLUGIN]
 
 
+def gate_steps(tiers: str, full: bool) -> list[str]:
+    """The ``--tiers`` of each ``moegate gate`` run a build gets: one run of them all, or, for a gate that stops at
+    its first kill, the pytest tiers and then ``diff`` alone (run only where the first killed nothing)."""
+    names = tiers.split(",")
+    if full or "diff" not in names or names == ["diff"]:
+        return [tiers]
+    return [",".join(t for t in names if t != "diff"), "diff"]
+
+
+def _killed(junit: Path) -> bool:
+    """Whether the JUnit report names a failing behaviour test (a review check's failure is no kill)."""
+    try:
+        return any(not f.review for f in read_junit(junit)[1])
+    except (OSError, ET.ParseError):
+        return False
+
+
+def _append(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 @dataclass
 class Plan:
     """What one corpus run does (the command line, resolved)."""
@@ -169,30 +193,31 @@ class Runner:
             result.error = f"no build: {exc}"
             return result
         limit = min(self.plan.timeout_s, self.left_s() - MARGIN_S)
+        deadline = time.monotonic() + limit
         junit = folder / "gate.xml"
         junit.unlink(missing_ok=True)
         base = str(self.work / BASELINE / "build" / "bin" / "python")  # built first: the baseline runs before any bug
         # the baseline runs every test: its failures are what a bug's first failing test is held against
         # (corpus_report.verdict's "not judged"), and a stop at its first one would leave the later ones unknown
         full = self.plan.full or bug is None
-        cmd = gate_command(python, self.plan.tiers, junit, f"vLLM {self.version} + {name}", full, base)
+        label = f"vLLM {self.version} + {name}"
         env = {**os.environ, **self.plan.env, "MOEGATE_PROFILE": "ci", "MOEGATE_REQUIRE_VLLM": "1"}
         env.pop("PYTEST_ADDOPTS", None)
-        with (folder / "gate.log").open("wb") as fh:
-            fh.write((" ".join(cmd) + "\n").encode())
-            fh.flush()
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-            with self._lock:
-                self._procs[name] = proc
-            try:
-                result.exit_code = proc.wait(timeout=max(1.0, limit))
-                result.status = "ran"
-            except subprocess.TimeoutExpired:
-                stop_group(proc)
+        log = folder / "gate.log"
+        log.unlink(missing_ok=True)
+        verdict_line = ""
+        for step in gate_steps(self.plan.tiers, full):
+            if step == "diff" and _killed(junit):
+                _append(log, "diff: not run, a behaviour test failed above (the bug is killed without it)\n")
+                break
+            cmd = gate_command(python, step, junit, label, full, base)
+            code = self._run(name, cmd, env, log, deadline)
+            if code is None:
                 result.status, result.error = "timeout", f"cut after {limit:.0f} s (--timeout-s or the budget)"
-            finally:
-                with self._lock:
-                    self._procs.pop(name, None)
+                break
+            result.status = "ran"
+            if code != 0 or result.exit_code in (None, 0):  # the diff's verdict where it failed, else the first's
+                result.exit_code, verdict_line = code, _verdict_line(log)
         result.wall_s = round(time.monotonic() - t0, 1)
         try:
             result.tests, result.failures, result.skips = read_junit(junit)
@@ -201,9 +226,26 @@ class Runner:
                 result.status, result.error = "error", f"gate exit {result.exit_code}, no JUnit report ({exc})"
         if result.status == "ran" and result.exit_code == 2:
             result.status, result.error = "error", "gate exit 2 (bad input): see the log"
-        elif result.status == "ran" and result.exit_code != 0 and not result.failures:
-            result.error = _verdict_line(folder / "gate.log")
+        elif result.status == "ran" and result.exit_code != 0:
+            result.error = verdict_line
         return result
+
+    def _run(self, name: str, cmd: list[str], env: Mapping[str, str], log: Path, deadline: float) -> int | None:
+        """One ``moegate gate`` run appended to ``log``: its exit status, or None where the deadline cut it."""
+        with log.open("ab") as fh:
+            fh.write((" ".join(cmd) + "\n").encode())
+            fh.flush()
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+            with self._lock:
+                self._procs[name] = proc
+            try:
+                return proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stop_group(proc)
+                return None
+            finally:
+                with self._lock:
+                    self._procs.pop(name, None)
 
     def stop_all(self) -> None:
         with self._lock:

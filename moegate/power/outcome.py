@@ -112,6 +112,7 @@ class Outcome:
     vllm_python: str = ""  # the interpreter the test runs' build was made from
     groups: list[str] = field(default_factory=lambda: ["dispatch"])  # the region groups mutated (regions.GROUPS)
     shards: list[str] = field(default_factory=list)  # "K/N" of each shard this outcome holds; [] for a whole run
+    cut: str = ""  # why the run stopped before its last mutant (its unrun mutants are pending); "" when it did not
 
     def count(self, status: str) -> int:
         return sum(1 for m in self.mutants if m.status == status)

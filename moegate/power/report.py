@@ -41,6 +41,7 @@ def render_markdown(o: Outcome) -> str:
             + (f"{o.count('unreached')} unreached, " if o.count("unreached") else "")
             + f"{o.count('incompetent')} incompetent of {o.scored} scored mutants; "
             f"{o.count('equivalent')} equivalent (reviewed), {o.count('no-mutation')} no-op."
+            + (f" **{o.count('pending')} not run**: {o.cut}." if o.count("pending") else "")
         ),
         "",
         "| measure | value |",

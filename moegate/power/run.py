@@ -168,6 +168,7 @@ def run(
             bar.result = "passed" + (f", vLLM import {import_s} s" if import_s is not None else "")
         baseline = {"wall_s": round(base_wall, 2), **{k: info.get(k) for k in ("import_s", "total_s")}}
         reached = _reach(command_run, copies, proc_env, suite) if prune_unreached else None
+        cut = ""
 
         timeout = timeout_s or max(60.0, 4 * base_wall)
         cfg = work / "cosmic-ray.toml"
@@ -202,11 +203,14 @@ def run(
                 if counts is not None:
                     show(counts)
 
-            run_tool("exec", str(cfg), str(db), env=proc_env, log=tool_log, what="exec", cwd=suite, on_tick=tick)
+            try:
+                run_tool("exec", str(cfg), str(db), env=proc_env, log=tool_log, what="exec", cwd=suite, on_tick=tick)
+            except KeyboardInterrupt as exc:  # a shard's timeout: what ran is kept, the rest stays pending
+                cut = f"cut by {str(exc) or 'signal 2 (SIGINT)'} while its mutants ran"
             collect(db, mutants, equivalents)
             show(Counter(m.status for m in mutants if m.status != "pending"))
-        for f, p in copies.items():  # cosmic-ray restores each copy after its mutant
-            if sha256_file(p) != before[f]:
+        for f, p in copies.items():  # cosmic-ray restores each copy after its mutant (a cut one: the overlay goes)
+            if not cut and sha256_file(p) != before[f]:
                 raise PowerError(f"the overlay copy of {f} was left mutated by cosmic-ray: {p}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -216,10 +220,12 @@ def run(
                 f"INSTALLED vLLM FILES CHANGED during the power run: {[f for f in files if after[f] != before[f]]}"
             )
 
-    return _outcome(
+    outcome = _outcome(
         version, package_dir, command, test_command, vllm_python, regions, mutants, baseline, t_start, before,
         equivalents, budget_s, suite_rev, groups, shard,
     )  # fmt: skip
+    outcome.cut = cut
+    return outcome
 
 
 def _reach(command_run: str, copies: Mapping[str, Path], env: Mapping[str, str], cwd: Path) -> dict[str, set[int]]:

@@ -97,6 +97,7 @@ def merge(outcomes: Sequence[Outcome], command: str = "", equivalents: Mapping[s
         installed_unchanged=all(o.installed_unchanged for o in outcomes),
         stale_equivalents=sorted(stale),
         shards=sorted(shards, key=lambda s: int(s.split("/")[0])),
+        cut="; ".join(f"shard {o.shards[0]} {o.cut}" for o in outcomes if o.cut),
     )
 
 

@@ -188,7 +188,7 @@ def test_an_unexplained_survivor_or_a_failing_baseline_fails_the_report() -> Non
 TESTS = {
     "tests/dispatch/test_census.py": "def test_review():\n    assert False, 'a site changed'\n",
     "tests/dispatch/test_props.py": "def test_a():\n    pass\n\ndef test_b():\n    assert False, 'wrong path'\n",
-    "tests/kernels/test_later.py": "def test_c():\n    pass\n",
+    "tests/dispatch/test_zlater.py": "def test_c():\n    pass\n",
 }
 
 
@@ -291,3 +291,108 @@ def test_the_command_line_takes_the_tiers_the_device_script_passes(tiers: str) -
     assert args.tiers == tiers
     with pytest.raises(SystemExit):
         parser().parse_args(["run", "--vllm-python", "p", "--out", "o", "--tiers", "kernels,sweep"])
+
+
+def test_the_stop_plugin_runs_engine_starting_files_last_and_the_dispatch_tier_after_the_cheap_kernel_tests(
+    tmp_path: Path,
+) -> None:
+    """A kill comes as soon as its test runs: the census's kernel tests come before minutes of engine starts."""
+    files = ["tests/dispatch/test_props.py", "tests/kernels/test_cuda_graphs.py", "tests/kernels/test_kernel_x.py"]
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    junit = tmp_path / "out.xml"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(tmp_path),
+        "-c",
+        str(tmp_path / "pytest.ini"),
+        "--rootdir",
+        str(tmp_path),
+    ]
+    cmd += ["-p", "no:cacheprovider", "-p", corpus_run.STOP_PLUGIN, f"--junitxml={junit}", "-q"]
+    subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+    import xml.etree.ElementTree as ET
+
+    ran = [f"{c.get('classname')}.{c.get('name')}" for c in ET.parse(junit).iter("testcase")]
+    assert ran == [
+        "tests.kernels.test_kernel_x.test_a",
+        "tests.kernels.test_kernel_x.test_b",
+        "tests.dispatch.test_props.test_a",
+        "tests.dispatch.test_props.test_b",
+        "tests.kernels.test_cuda_graphs.test_a",
+        "tests.kernels.test_cuda_graphs.test_b",
+    ]
+
+
+def test_a_stopping_gate_runs_the_diff_tier_on_its_own_after_the_pytest_tiers_and_the_baseline_runs_one_gate() -> None:
+    assert corpus_run.gate_steps("dispatch,kernels,diff", full=False) == ["dispatch,kernels", "diff"]
+    assert corpus_run.gate_steps("dispatch,kernels,diff", full=True) == ["dispatch,kernels,diff"]
+    assert corpus_run.gate_steps("dispatch", full=False) == ["dispatch"]
+    assert corpus_run.gate_steps("diff", full=False) == ["diff"]
+
+
+def test_a_bug_flagged_by_review_and_failed_by_the_diff_tier_is_killed_by_the_diff() -> None:
+    failure = asdict(Failure("tests/dispatch/test_census.py::test_review", "dispatch", True, "a site changed"))
+    line = "moegate gate: FAIL: vLLM 0.33.0 + b: diff FAIL (2 groups worse than the base)"
+    result = {**_result("b", 1), "failures": [failure], "error": line}
+    assert verdict(result, _bug("b"), "dispatch,kernels,diff")[0] == "killed"
+    assert verdict({**result, "error": ""}, _bug("b"), "dispatch,kernels,diff")[0] == "flagged"
+
+
+class _ScriptedRunner(Runner):
+    """The runner with each ``moegate gate`` run replaced by a JUnit report and an exit status given in advance."""
+
+    def __init__(self, tmp_path: Path, outcomes: dict[str, tuple[str, int]]) -> None:
+        plan = Plan(vllm_python=sys.executable, sites=(), tiers="dispatch,kernels,diff", out=tmp_path / "out")
+        super().__init__(plan, tmp_path / "work", tmp_path, log=lambda _: None, version="0.33.0")
+        self.outcomes: dict[str, tuple[str, int]] = outcomes
+        self.ran: list[str] = []
+
+    def build(self, bug: Bug | None) -> tuple[str, list[str]]:
+        return sys.executable, []
+
+    def _run(self, name: str, cmd: list[str], env: Any, log: Path, deadline: float) -> int | None:
+        step = next(a.split("=", 1)[1] for a in cmd if a.startswith("--tiers="))
+        self.ran.append(step)
+        junit_xml, code = self.outcomes[step]
+        if junit_xml:
+            Path(next(a.split("=", 1)[1] for a in cmd if a.startswith("--junit="))).write_text(junit_xml)
+        with log.open("a") as fh:
+            fh.write(f"moegate gate: {'PASS' if code == 0 else 'FAIL'}: {step} {'ok' if code == 0 else 'FAIL'} \n")
+        return code
+
+
+_PASSING = '<testsuites><testsuite><testcase classname="tests.kernels.test_k" name="test_a"/></testsuite></testsuites>'
+
+
+@pytest.mark.parametrize(
+    ("first", "diff_runs", "want"),
+    [
+        (JUNIT, False, "killed"),
+        (_PASSING, True, "killed"),
+        (
+            JUNIT.replace("<failure", "<skipped")
+            .replace("</failure>", "</skipped>")
+            .replace("<error", "<skipped")
+            .replace("</error>", "</skipped>"),
+            True,
+            "killed",
+        ),
+    ],
+    ids=["behaviour-kill-no-diff", "pass-then-diff", "skips-then-diff"],
+)
+def test_a_stopping_gate_skips_the_diff_tier_after_a_behaviour_kill_and_runs_it_otherwise(
+    tmp_path: Path, first: str, diff_runs: bool, want: str
+) -> None:
+    runner = _ScriptedRunner(tmp_path, {"dispatch,kernels": (first, 0 if first is not JUNIT else 1), "diff": ("", 1)})
+    res = runner.gate(_bug("b"))
+    assert runner.ran == (["dispatch,kernels", "diff"] if diff_runs else ["dispatch,kernels"])
+    assert verdict(asdict(res), _bug("b"), "dispatch,kernels,diff")[0] == want
+    if diff_runs:
+        assert res.exit_code == 1 and " diff FAIL " in f" {res.error} "
+    else:
+        assert "diff: not run" in (tmp_path / "out" / "b" / "gate.log").read_text()

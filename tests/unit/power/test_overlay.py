@@ -176,8 +176,12 @@ def test_installed_files_unchanged_when_the_run_is_interrupted(tmp_path: Path, s
             proc.wait()
     assert proc.returncode != 0
     assert _digest(pkg) == before
-    if sig != signal.SIGKILL:  # a catchable signal: the harness removed its overlay itself
+    if sig != signal.SIGKILL:  # a catchable signal: the harness removed its overlay itself, and kept what ran
         assert not mutated.exists()
+        report = json.loads((tmp_path / "out" / "power.json").read_text())
+        pending = [m for m in report["mutants"] if m["status"] == "pending"]
+        assert report["cut"].startswith("cut by signal") and pending, report
+        assert "not run**: cut by signal" in (tmp_path / "out" / "power.md").read_text()
     else:  # killed outright: the next run removes the dead run's overlay
         assert mutated.exists()
         removed = clean_stale_workdirs(tmp_path / "tmp")

@@ -99,3 +99,13 @@ def test_power_join_writes_the_joined_page_or_one_line_and_nothing(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "absent/power.json: no power.json" in err[0]
     assert not (tmp_path / "half").exists()
+
+
+def test_a_shard_cut_by_its_timeout_joins_with_its_unrun_mutants_pending_and_named_on_the_page() -> None:
+    from moegate.power.report import render_markdown
+
+    cut = dataclasses.replace(_shard(1, 2, ["killed", "pending"]), cut="cut by signal 15 while its mutants ran")
+    joined = merge([_shard(0, 2, ["killed"]), cut])
+    assert not joined.passed and joined.score == 1.0  # a pending mutant is not scored, and keeps the report from PASS
+    assert joined.cut == "shard 1/2 cut by signal 15 while its mutants ran"
+    assert "**1 not run**: shard 1/2 cut by signal 15 while its mutants ran." in render_markdown(joined)
