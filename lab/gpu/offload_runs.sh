@@ -57,7 +57,7 @@ power)
     # the tests that reach each group's code; -k's expression stays one argument through the harness's shlex split
     case $group in
     offload) cmd="{python} -m pytest tests/kernels/test_offload_layer_truth.py tests/kernels/test_marker_lifecycle.py -x -q -p moegate.power.plugin -p no:cacheprovider" ;;
-    kernel) cmd="{python} -m pytest tests/kernels/test_kernel_properties.py tests/kernels/test_kernel_census.py -k 'test_output_matches_reference or test_fp8_weights or test_census_activations or test_biases or test_naive_and_sorted_agree_bitwise_with_biases' -x -q -p moegate.power.plugin -p no:cacheprovider" ;;
+    kernel) cmd="{python} -m pytest tests/kernels/test_kernel_properties.py tests/kernels/test_kernel_census.py tests/kernels/test_kernel_fp8_paths.py -k 'test_output_matches_reference or test_fp8_weights or test_census_activations or test_biases or test_naive_and_sorted_agree_bitwise_with_biases or test_block_fp8 or test_static_0d_fp8' -x -q -p moegate.power.plugin -p no:cacheprovider" ;;
     *) echo "power: GROUP is offload or kernel" >&2; exit 2 ;;
     esac
     out="$OUT/power-$group-${shard/\//of}"

@@ -32,7 +32,7 @@ from moegate.paths import ROOT
 from moegate.power.errors import PowerError
 
 CORPUS = ROOT / "power" / "real-bugs.toml"
-TIERS = ("dispatch", "kernels")
+TIERS = ("dispatch", "kernels", "diff")
 EXPECT = (*TIERS, "survives")
 _BUG_KEYS = {"id", "upstream", "url", "title", "what", "expect", "expect_test", "survives", "edit"}
 _EDIT_KEYS = {"file", "scope", "find", "replace", "count"}

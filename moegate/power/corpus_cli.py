@@ -6,6 +6,8 @@
                   [--budget-s S] [--timeout-s S] [--min-start-s S] [--only ID]... [--full]
                                                             each bug's build through `moegate gate` (moegate.power.corpus_run)
     corpus report RUN_DIR... [--out FILE]                   the page of one or more runs (moegate.power.corpus_report)
+    corpus rescan RUN_DIR [--project-rev REV]               a run read again from its gates' logs and JUnit reports
+                                                            (moegate.power.corpus_rescan; nothing re-run)
 
 ``--corpus FILE`` (each) reads another corpus than ``power/real-bugs.toml``. Exit status: 0 done (a run:
 whatever the gates said, once the baseline passed and no survivor is unexplained; a report: the same of
@@ -27,6 +29,7 @@ from typing import Any
 from moegate.builds.planted import BuildError, make_build
 from moegate.power.corpus import CORPUS, CorpusError, load, replant, select
 from moegate.power.corpus_report import load_summary, passed, render
+from moegate.power.corpus_rescan import rescan
 from moegate.power.corpus_run import Plan, run
 from moegate.power.errors import PowerError
 from moegate.power.run import probe_package_dir
@@ -58,6 +61,9 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("runs", nargs="+", type=Path, help="run output folders (each with its summary.json)")
     rep.add_argument("--out", type=Path, default=None, help="the page (default: print it)")
     rep.add_argument("--corpus", type=Path, default=CORPUS)
+    res = sub.add_parser("rescan")
+    res.add_argument("run", type=Path, help="a run's output folder (its summary.json, and each bug's log and JUnit)")
+    res.add_argument("--project-rev", default=None, help="the commit the run was made from (a copy without .git)")
     return p
 
 
@@ -123,6 +129,15 @@ def _report(args: argparse.Namespace) -> int:
     return 0 if passed(summaries, bugs) else 1
 
 
+def _rescan(args: argparse.Namespace) -> int:
+    try:
+        summary = rescan(args.run, args.project_rev)
+    except (OSError, ValueError, KeyError) as exc:
+        raise PowerError(f"{args.run}: not a corpus run's folder ({exc})") from None
+    print((args.run / "summary.md").read_text(encoding="utf-8"))
+    return 0 if passed([summary], load(CORPUS)) else 1
+
+
 def _term(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -135,6 +150,8 @@ def main(argv: Sequence[str]) -> int:
             return _check(args)
         if args.what == "run":
             return _run(args, argv)
+        if args.what == "rescan":
+            return _rescan(args)
         return _report(args)
     except (CorpusError, PowerError) as exc:
         print(f"moegate power corpus: {exc}", file=sys.stderr)

@@ -128,6 +128,16 @@ def _section(summary: Mapping[str, Any], bugs: Sequence[Bug]) -> list[str]:
             f"- vLLM {summary['vllm_version']}, {summary.get('date', '')}, project at {summary.get('project_rev', '?')}; "
             f"corpus `{summary['corpus']}` (sha256 `{summary['corpus_sha256'][:16]}`)."
         ),
+        *(
+            [
+                (
+                    f"- Read again from each gate's log and JUnit report on {summary['rescanned']} "
+                    "(`python -m moegate power corpus rescan`: nothing re-run)."
+                )
+            ]
+            if summary.get("rescanned")
+            else []
+        ),
         f"- Command: `{summary['command']}`; {summary['jobs']} gate(s) at a time, budget {summary['budget_s']:.0f} s, "
         f"{summary['wall_s']:.0f} s in all; "
         + (

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.builds.planted import BuildError, make_build
+from moegate.core.faults import EXIT_STATUS
 from moegate.core.hashing import sha256_file
 from moegate.paths import ROOT
 from moegate.power.corpus import CORPUS, Bug, CorpusError, plant
@@ -205,7 +206,7 @@ class Runner:
         env.pop("PYTEST_ADDOPTS", None)
         log = folder / "gate.log"
         log.unlink(missing_ok=True)
-        verdict_line = ""
+        said = ""
         for step in gate_steps(self.plan.tiers, full):
             if step == "diff" and _killed(junit):
                 _append(log, "diff: not run, a behaviour test failed above (the bug is killed without it)\n")
@@ -217,7 +218,7 @@ class Runner:
                 break
             result.status = "ran"
             if code != 0 or result.exit_code in (None, 0):  # the diff's verdict where it failed, else the first's
-                result.exit_code, verdict_line = code, _verdict_line(log)
+                result.exit_code, said = code, verdict_line(log)
         result.wall_s = round(time.monotonic() - t0, 1)
         try:
             result.tests, result.failures, result.skips = read_junit(junit)
@@ -227,7 +228,7 @@ class Runner:
         if result.status == "ran" and result.exit_code == 2:
             result.status, result.error = "error", "gate exit 2 (bad input): see the log"
         elif result.status == "ran" and result.exit_code != 0:
-            result.error = verdict_line
+            result.error = said
         return result
 
     def _run(self, name: str, cmd: list[str], env: Mapping[str, str], log: Path, deadline: float) -> int | None:
@@ -254,13 +255,18 @@ class Runner:
             stop_group(proc, grace_s=5.0)
 
 
-def _verdict_line(log: Path) -> str:
-    """The gate's last line naming its verdict (a FAIL without a failing test: vLLM does not import, the floor)."""
+VERDICT_PREFIXES = tuple(f"moegate gate: {v}: " for v in EXIT_STATUS)
+"""How the gate's verdict line starts (``moegate gate: FAIL: LABEL: ...``); its other lines (the page's path) do not."""
+
+
+def verdict_line(log: Path) -> str:
+    """The gate's last line naming its verdict (a FAIL without a failing test: vLLM does not import, the floor, the
+    diff tier). Not the gate's last line: the page's path comes after it (the 2026-12-06 H100 corpus read that one)."""
     try:
         lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return "no log"
-    return next((ln.strip() for ln in reversed(lines) if ln.startswith("moegate gate:")), "no verdict line in the log")
+    return next((ln.strip() for ln in reversed(lines) if ln.startswith(VERDICT_PREFIXES)), "no verdict line in the log")
 
 
 def _write(path: Path, text: str) -> None:

@@ -170,3 +170,12 @@ def test_a_tier_that_exits_2_is_read_as_a_failure_and_is_no_pass():
     assert classify(Attempt(2, (), "moegate diff: not judged: base and PR run different GPUs", ())).verdict == FAIL
     assert gate.parse_tiers(None, cuda=True, base=True) == ["dispatch", "kernels", "diff"]
     assert gate.parse_tiers(None, cuda=False, base=True) == ["dispatch"]
+
+
+def test_a_passing_tier_says_how_it_ran_and_the_diff_tier_is_no_pytest_run() -> None:
+    from moegate.cli.gate_page import TierRun
+    from moegate.core.faults import PASS, Outcome
+
+    pytest_tier = TierRun("dispatch + kernels", [Outcome(PASS, "")], ["py", "-m", "pytest", "tests/dispatch"])
+    diff_tier = TierRun("diff", [Outcome(PASS, "")], ["py", "-m", "moegate", "diff", "--base-python=b"])
+    assert (gate._why(pytest_tier), gate._why(diff_tier)) == ("pytest exit 0", "exit 0")

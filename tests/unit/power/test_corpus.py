@@ -159,7 +159,7 @@ replace = "int32"
     [
         (
             GOOD.replace('expect = "kernels"', 'expect = "e2e"'),
-            "bug 'b1': 'expect' is one of dispatch, kernels, survives",
+            "bug 'b1': 'expect' is one of dispatch, kernels, diff, survives",
         ),
         (GOOD.replace('expect = "kernels"', 'expect = "survives"'), "bug 'b1': 'survives' must be a non-empty string"),
         (GOOD + GOOD, "bug 'b1': the id is used twice"),

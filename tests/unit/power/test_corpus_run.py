@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import asdict
@@ -362,7 +363,8 @@ class _ScriptedRunner(Runner):
         if junit_xml:
             Path(next(a.split("=", 1)[1] for a in cmd if a.startswith("--junit="))).write_text(junit_xml)
         with log.open("a") as fh:
-            fh.write(f"moegate gate: {'PASS' if code == 0 else 'FAIL'}: {step} {'ok' if code == 0 else 'FAIL'} \n")
+            fh.write(f"moegate gate: {'PASS' if code == 0 else 'FAIL'}: b: {step} {'ok' if code == 0 else 'FAIL'} \n")
+            fh.write("moegate gate: page: /x/reports/gate.md\n")  # the gate's last line, after its verdict
         return code
 
 
@@ -396,3 +398,47 @@ def test_a_stopping_gate_skips_the_diff_tier_after_a_behaviour_kill_and_runs_it_
         assert res.exit_code == 1 and " diff FAIL " in f" {res.error} "
     else:
         assert "diff: not run" in (tmp_path / "out" / "b" / "gate.log").read_text()
+
+
+def test_the_verdict_line_is_the_gates_verdict_not_its_last_line(tmp_path: Path) -> None:
+    """The gate prints its page's path after its verdict: the 2026-12-06 H100 corpus read that path as the verdict,
+    and a bug its diff tier failed came out "not judged"."""
+    log = tmp_path / "gate.log"
+    log.write_text(
+        "moegate gate: PASS: vLLM 0.33.0 + b: dispatch + kernels ok (pytest exit 0)\n"
+        "moegate gate: page: /x/reports/gate.md\n"
+        "moegate diff: seed 0: FAIL (identical): 167 of 300 cases differ\n"
+        "moegate gate: FAIL: vLLM 0.33.0 + b: diff FAIL (exit 1, no failing test named)\n"
+        "moegate gate: page: /x/reports/gate.md\n"
+    )
+    assert (
+        corpus_run.verdict_line(log) == "moegate gate: FAIL: vLLM 0.33.0 + b: diff FAIL (exit 1, no failing test named)"
+    )
+    log.write_text("moegate gate: page: /x/reports/gate.md\n")
+    assert corpus_run.verdict_line(log) == "no verdict line in the log"
+
+
+def test_a_rescan_reads_each_gate_again_from_its_log_and_junit_and_says_so_on_the_page(tmp_path: Path) -> None:
+    from moegate.power.corpus_rescan import rescan
+
+    bug = _bug("b")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "gate.log").write_text(
+        "moegate gate: FAIL: vLLM 0.33.0 + b: diff FAIL (exit 1, no failing test named)\n"
+        "moegate gate: page: /x/reports/gate.md\n"
+    )
+    (tmp_path / "b" / "gate.xml").write_text(_PASSING)
+    recorded = {**_result("b", 1), "error": "moegate gate: page: /x/reports/gate.md", "tests": 0}
+    summary = {
+        "command": "c", "date": "d", "project_rev": "unknown", "vllm_version": "0.33.0", "device": "GPU",
+        "tiers": "dispatch,kernels,diff", "jobs": 1, "budget_s": 10.0, "stop_at_first_kill": True, "wall_s": 1.0,
+        "corpus": "power/real-bugs.toml", "corpus_sha256": "0" * 64, "results": [_result("baseline", 0), recorded],
+    }  # fmt: skip
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert verdict(recorded, bug, "dispatch,kernels,diff")[0] == "not judged"  # as the run read itself
+    out = rescan(tmp_path, project_rev="abc1234")
+    again = out["results"][1]
+    assert verdict(again, bug, "dispatch,kernels,diff")[0] == "killed" and again["tests"] == 1
+    assert json.loads((tmp_path / "b" / "result.json").read_text()) == again
+    assert out["project_rev"] == "abc1234" and out["results"][1]["exit_code"] == 1  # what ran is not changed
+    assert "Read again from each gate's log and JUnit report" in (tmp_path / "summary.md").read_text()
