@@ -193,13 +193,13 @@ TESTS = {
 }
 
 
-@pytest.mark.parametrize("behaviour_fails", [True, False], ids=["stops", "runs-on"])
-def test_the_stop_plugin_ends_a_run_at_its_first_behaviour_failure_not_at_a_review_one(
-    tmp_path: Path, behaviour_fails: bool
-) -> None:
-    for rel, body in TESTS.items():
+def _pytest_with_the_stop_plugin(
+    tmp_path: Path, files: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """A real pytest run of ``files`` (path -> source, under ``tmp_path``) with the corpus's stop plugin; its JUnit."""
+    for rel, body in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(body if behaviour_fails else body.replace("assert False, 'wrong path'", "pass"))
+        (tmp_path / rel).write_text(body)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     junit = tmp_path / "out.xml"
     cmd = [
@@ -213,7 +213,18 @@ def test_the_stop_plugin_ends_a_run_at_its_first_behaviour_failure_not_at_a_revi
         str(tmp_path),
     ]
     cmd += ["-p", "no:cacheprovider", "-p", corpus_run.STOP_PLUGIN, f"--junitxml={junit}", "-q"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)  # ROOT: this checkout's moegate
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False), junit  # ROOT: this moegate
+
+
+@pytest.mark.parametrize("behaviour_fails", [True, False], ids=["stops", "runs-on"])
+def test_the_stop_plugin_ends_a_run_at_its_first_behaviour_failure_not_at_a_review_one(
+    tmp_path: Path, behaviour_fails: bool
+) -> None:
+    files = {
+        rel: body if behaviour_fails else body.replace("assert False, 'wrong path'", "pass")
+        for rel, body in TESTS.items()
+    }
+    proc, junit = _pytest_with_the_stop_plugin(tmp_path, files)
     ran = [f.nodeid for f in read_junit(junit)[1]], read_junit(junit)[0]
     if behaviour_fails:
         assert ran == (["tests/dispatch/test_census.py::test_review", "tests/dispatch/test_props.py::test_b"], 3), (
@@ -298,24 +309,11 @@ def test_the_stop_plugin_runs_engine_starting_files_last_and_the_dispatch_tier_a
     tmp_path: Path,
 ) -> None:
     """A kill comes as soon as its test runs: the census's kernel tests come before minutes of engine starts."""
-    files = ["tests/dispatch/test_props.py", "tests/kernels/test_cuda_graphs.py", "tests/kernels/test_kernel_x.py"]
-    for rel in files:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    junit = tmp_path / "out.xml"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(tmp_path),
-        "-c",
-        str(tmp_path / "pytest.ini"),
-        "--rootdir",
-        str(tmp_path),
-    ]
-    cmd += ["-p", "no:cacheprovider", "-p", corpus_run.STOP_PLUGIN, f"--junitxml={junit}", "-q"]
-    subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+    names = ["tests/dispatch/test_props.py", "tests/kernels/test_cuda_graphs.py", "tests/kernels/test_kernel_x.py"]
+    proc, junit = _pytest_with_the_stop_plugin(
+        tmp_path, dict.fromkeys(names, "def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    )
+    assert proc.returncode == 0, proc.stdout
     import xml.etree.ElementTree as ET
 
     ran = [f"{c.get('classname')}.{c.get('name')}" for c in ET.parse(junit).iter("testcase")]
