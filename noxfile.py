@@ -268,7 +268,7 @@ def power_corpus(session: nox.Session) -> None:
     """The real-bug corpus (power/real-bugs.toml) through `moegate gate`'s dispatch tier on this machine: reports/corpus/.
 
     Arguments go to `python -m moegate.power corpus run` (`-- --tiers=dispatch,kernels --jobs=3` on a GPU;
-    docs/power.md, "Real bugs")."""
+    docs/design/power.md, "Real bugs: the corpus")."""
     runs.power_corpus(session, *_vllm(session))
 
 

@@ -145,14 +145,15 @@ site_copy() {  # NAME: $STATE/site-NAME/vllm, hard links to $SITE's package (the
   rm -rf "$STATE/site-$1" && mkdir -p "$STATE/site-$1"
   cp -al "$SITE/vllm" "$STATE/site-$1/vllm" 2>/dev/null || cp -a "$SITE/vllm" "$STATE/site-$1/vllm"
 }
+sed_literal() { printf '%s' "$1" | sed 's/[]\[\.*^$/]/\\&/g'; }  # TEXT as a sed pattern matching itself
 plant() {
   local n
   n=$(grep -cF "$BUG_FROM" "$src/$BUG_FILE")
   [ "$n" = "$BUG_COUNT" ] || fail "$BUG_FILE: '$BUG_FROM' found $n times, want $BUG_COUNT: the bug cannot be planted as written"
-  sed -i "s/$(printf '%s' "$BUG_FROM" | sed 's/[]\[\.*^$/]/\\&/g')/$BUG_TO/" "$src/$BUG_FILE"
+  sed -i "s/$(sed_literal "$BUG_FROM")/$BUG_TO/" "$src/$BUG_FILE"
   grep -nF "$BUG_TO" "$src/$BUG_FILE" >"$R/bug.txt"
 }
-unplant() { sed -i "s/\] = numel - 1;/] = numel;/" "$src/$BUG_FILE"; }
+unplant() { sed -i "s/$(sed_literal "$BUG_TO")/$BUG_FROM/" "$src/$BUG_FILE"; }
 
 # --- the CPU rehearsal: configure, then the planted file's object alone --------------------------------------------
 if [ -n "${REHEARSE:-}" ]; then

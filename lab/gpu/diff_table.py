@@ -27,11 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from moegate.core.golden_files import atomic_write
+from moegate.kernels.paired import ALPHA, binomial_tail
 
 PROMISES = ("identical", "equivalent")
 EXPECT: dict[str, tuple[str, str, str]] = {
@@ -60,10 +62,6 @@ def upper_bound(fails: int, n: int, level: float = 0.95) -> float:
     return hi
 
 
-ALPHA = 0.01
-"""The tier's family-wise level (moegate.kernels.paired.ALPHA; this script runs on the device's bare python3)."""
-
-
 def _tail(c: int, n: int, q: float) -> float:
     """P(Binomial(n, q) >= c)."""
     return sum(math.comb(n, k) * q**k * (1 - q) ** (n - k) for k in range(max(c, 0), n + 1))
@@ -72,7 +70,7 @@ def _tail(c: int, n: int, q: float) -> float:
 def _critical(n: int, level: float) -> int:
     """The least count c with P(Binomial(n, 1/2) >= c) <= level (n + 1: never)."""
     for c in range(n + 1):
-        if _tail(c, n, 0.5) <= level:
+        if binomial_tail(c, n) <= level:
             return c
     return n + 1
 
@@ -159,12 +157,6 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m lab.gpu.diff_table", description=(__doc__ or "").splitlines()[0])
     ap.add_argument("reports", nargs="+", type=Path, help="moegate diff --json reports, one a pair (PAIR.json)")
@@ -178,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"diff_table: {path}: not a readable report ({exc})", file=sys.stderr)
             return 2
         rows.append(row(path.stem, report))
-    _write(args.out.with_suffix(".json"), json.dumps(rows, indent=1) + "\n")
-    _write(args.out.with_suffix(".md"), markdown(rows))
+    atomic_write(args.out.with_suffix(".json"), json.dumps(rows, indent=1) + "\n")
+    atomic_write(args.out.with_suffix(".md"), markdown(rows))
     sys.stdout.write(markdown(rows))
     return 0
 

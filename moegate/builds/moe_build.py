@@ -39,6 +39,7 @@ from pathlib import Path
 
 from moegate.builds.cmake import CMakeError, commands, target_names, target_sources
 from moegate.builds.sources import CMAKELISTS, is_moe_target
+from moegate.core.golden_files import atomic_write
 
 LINKS = ("csrc", "cmake")
 
@@ -121,9 +122,7 @@ def write_project(src: Path, build: Path, cutlass: Path | None) -> Path:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to((src / name).resolve(), target_is_directory=True)
-    tmp = project / f".{CMAKELISTS}.tmp"
-    tmp.write_text(body)
-    os.replace(tmp, project / CMAKELISTS)
+    atomic_write(project / CMAKELISTS, body)
     return project
 
 

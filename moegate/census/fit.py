@@ -29,6 +29,7 @@ from types import ModuleType
 
 from moegate.census import census
 from moegate.census.source import CensusError, locate
+from moegate.core.golden_files import atomic_write
 from moegate.dispatch import names
 
 NO_FIT = 3
@@ -129,11 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in fit.moved:
             print(f"  {line}")
     if args.json:
-        tmp = args.json.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({"fits": fit.fits, "version": fit.version, "moved": fit.moved, "checked": fit.checked})
-        )
-        tmp.replace(args.json)
+        record = {"fits": fit.fits, "version": fit.version, "moved": fit.moved, "checked": fit.checked}
+        atomic_write(args.json, json.dumps(record))
     return 0 if fit.fits else NO_FIT
 
 

@@ -34,21 +34,12 @@ from moegate.builds.extensions import BuildError, cannot_build_line, compare, re
 from moegate.builds.moe_build import BuildError as MakeError
 from moegate.builds.moe_build import build_moe, install
 from moegate.builds.pin import INDEX, PinError, pin
+from moegate.core.golden_files import atomic_write
 from moegate.core.hashing import sha256_file
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def page(verdict: str, base: dict[str, Any], pr: dict[str, Any], changes: CompiledChanges) -> str:
@@ -171,7 +162,7 @@ def _compare(opts: argparse.Namespace) -> int:
         _write_json(opts.json, {"verdict": verdict.line(), "ok": verdict.ok, "base": base, "pr": pr,
                                 "changes": changes.to_json()})  # fmt: skip
     if opts.md:
-        _write_text(opts.md, page(verdict.line(), base, pr, changes))
+        atomic_write(opts.md, page(verdict.line(), base, pr, changes))
     return 0 if verdict.ok else 1
 
 

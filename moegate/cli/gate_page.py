@@ -23,7 +23,6 @@ all (a temporary file, then a rename).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from typing import Any
 from moegate.core.case import MoECase
 from moegate.core.check import EXAMPLE_PREFIX, MARK, parse_mismatches
 from moegate.core.faults import Outcome
+from moegate.core.golden_files import atomic_write
 from moegate.core.junit import Failed
 from moegate.core.spec import SPARSITY_FACTOR, experts_counted, in_naive_region
 
@@ -220,10 +220,4 @@ def render(g: Gate, dev: bool) -> str:
 
 def write(path: Path, text: str) -> None:
     """``text`` at ``path``, whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(path, text)

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from moegate.core.golden_files import atomic_write
 from tooling.ci_replay import verdict_cases as vc
 from tooling.ci_replay import wheels_job
 from tooling.ci_replay.common import ACT_DIR, ANSI, PINNED, RESULTS, ReplayError, _run
@@ -299,9 +300,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
                             "date": f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
                             "cases": {c.name: merged[c.name] for c in vc.CASES if c.name in merged}}  # fmt: skip
     for path, text in ((out.with_suffix(".json"), json.dumps(data, indent=1) + "\n"), (out, render(data))):
-        tmp = path.with_name(f".{path.name}.tmp")  # whole or not at all
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        atomic_write(path, text)  # whole or not at all
     if not args.keep:
         subprocess.run(["rm", "-rf", str(run_dir)], check=False)
     ok = all(r["ok"] for r in results.values())

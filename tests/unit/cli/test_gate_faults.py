@@ -215,10 +215,10 @@ def test_a_page_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     page = tmp_path / "gate.md"
     gate_page.write(page, "# moegate gate: dispatch leg: PASS\n")
 
-    def refuse(self, target):
+    def refuse(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(Path, "replace", refuse)
+    monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(OSError):
         gate_page.write(page, "# moegate gate: dispatch leg: FAIL\n" + "x" * 10000)
     assert page.read_text() == "# moegate gate: dispatch leg: PASS\n"
