@@ -22,8 +22,6 @@ Made in a temporary folder beside ``DEST`` and renamed into place, so a failure 
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
 import json
 import os
 import re
@@ -31,6 +29,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+from moegate.core.hashing import record_line
 
 RECORD = "moegate-devsite.json"
 VERSION_RE = re.compile(r"^\d+(\.\d+)*(\.dev\d+)?(\+[0-9A-Za-z.]+)?$")
@@ -65,11 +65,6 @@ def _dist_info(site: Path) -> Path:
     if len(found) != 1:
         raise DevSiteError(f"{site}: {len(found)} vllm-*.dist-info folders with a METADATA, want exactly 1")
     return found[0]
-
-
-def _record_line(rel: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{rel},sha256={digest},{len(data)}"
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -117,12 +112,12 @@ def make_devsite(site: str | Path, dest: str | Path, version: str) -> Path:
         for line in old_record.read_text(encoding="utf-8").splitlines() if old_record.is_file() else []:
             rel = line.split(",", 1)[0]
             if rel == "vllm/_version.py":
-                record.append(_record_line(rel, text))
+                record.append(record_line(rel, text))
             elif rel.startswith("vllm/"):
                 record.append(line)
             elif rel.startswith(f"{old_name}/") and rel not in (f"{old_name}/METADATA", f"{old_name}/RECORD"):
                 record.append(new_info.name + line[len(old_name) :])
-        record.append(_record_line(f"{new_info.name}/METADATA", (new_info / "METADATA").read_bytes()))
+        record.append(record_line(f"{new_info.name}/METADATA", (new_info / "METADATA").read_bytes()))
         record.append(f"{new_info.name}/RECORD,,")
         (new_info / "RECORD").write_text("\n".join(record) + "\n", encoding="utf-8")
         (work / RECORD).write_text(json.dumps({"from": str(site), "version": version}, indent=1) + "\n")

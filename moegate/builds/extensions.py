@@ -20,7 +20,6 @@ package without importing it). The record's keys are paths from the package's pa
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import zipfile
@@ -30,7 +29,7 @@ from typing import Any
 
 from moegate.builds.changes import CompiledChanges
 from moegate.builds.sources import is_moe_target
-from moegate.core.hashing import CHUNK, sha256_file
+from moegate.core.hashing import CHUNK, bytes_sha256, sha256_file
 
 PACKAGE = "vllm"
 MAX_FILES = 10
@@ -62,11 +61,8 @@ def _from_wheel(path: Path) -> dict[str, str]:
                 raise BuildError(f"{path}: a wheel without a {PACKAGE} package (no {PACKAGE}/__init__.py)")
             out = {}
             for name in sorted(n for n in names if n.startswith(f"{PACKAGE}/") and n.endswith(".so")):
-                h = hashlib.sha256()
                 with archive.open(name) as fh:
-                    for chunk in iter(lambda: fh.read(CHUNK), b""):
-                        h.update(chunk)
-                out[name] = h.hexdigest()
+                    out[name] = bytes_sha256(iter(lambda: fh.read(CHUNK), b""))
             return out
     except zipfile.BadZipFile:
         raise BuildError(f"{path}: not a wheel (not a zip archive)") from None

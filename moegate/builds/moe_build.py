@@ -25,8 +25,6 @@ objects across build folders). ``install`` puts the library into a site or a whe
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import shutil
 import subprocess
@@ -40,6 +38,7 @@ from pathlib import Path
 from moegate.builds.cmake import CMakeError, commands, target_names, target_sources
 from moegate.builds.sources import CMAKELISTS, is_moe_target
 from moegate.core.golden_files import atomic_write
+from moegate.core.hashing import record_line
 
 LINKS = ("csrc", "cmake")
 
@@ -195,11 +194,6 @@ def build_moe(
     return out
 
 
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
 def install(
     library: str | os.PathLike[str], into: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None
 ) -> Path:
@@ -244,7 +238,7 @@ def _into_wheel(lib: Path, wheel: Path, out_dir: Path | None) -> Path:
                         dst.writestr(info, data)
                     elif info.filename == records[0]:
                         lines = [
-                            _record_line(member, data) if line.split(",", 1)[0] == member else line
+                            record_line(member, data) if line.split(",", 1)[0] == member else line
                             for line in src.read(info).decode().splitlines()
                         ]
                         dst.writestr(info, "\n".join(lines) + "\n")

@@ -7,6 +7,7 @@ every key already written. Standard library only.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -40,6 +41,12 @@ def bytes_sha256(chunks: Iterable[bytes]) -> str:
     for chunk in chunks:
         h.update(chunk)
     return h.hexdigest()
+
+
+def record_line(name: str, data: bytes) -> str:
+    """A wheel RECORD's line for the file ``name`` holding ``data``: urlsafe-base64 sha256 without padding, size."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
 
 
 def model_hash(model_dir: str | os.PathLike[str]) -> str:

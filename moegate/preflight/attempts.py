@@ -35,6 +35,7 @@ from moegate.preflight.gpu_processes import (
     gpu_processes,
     is_own,
 )
+from moegate.serve.processes import stop_group
 
 KEEP_CHARS = 4_000_000
 """The output kept for the verdict: the end of it, where a failing run says why (a pytest run of the kernel tier
@@ -51,20 +52,6 @@ class Ran:
     output: str
     others: tuple[GpuProcess, ...] | None
     seconds: float
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """The tier and everything it started (its session), asked to stop, then killed."""
-    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -111,7 +98,7 @@ def run_watched(
                         size -= len(kept.popleft())
                 status = proc.wait()
             except BaseException:
-                _stop_group(proc)
+                stop_group(proc)  # the tier and everything it started, reaped
                 raise
     finally:
         if main:
