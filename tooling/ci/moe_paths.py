@@ -31,17 +31,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from moegate.census.census import GOLDEN_DIR as CENSUS_FOLDER
 from moegate.census.census import parse_golden
-from moegate.census.watch import watched_paths
+from moegate.census.watch import newest_golden, watched_paths
+from moegate.core import golden_files
 from moegate.core.golden_files import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-CENSUS_DIR = ROOT / "golden" / "census"
 LIST = Path(__file__).resolve().parent / "moe-paths.txt"
 GPU_TIERS_DEFAULT = "dispatch,kernels,e2e,ab"
 
@@ -50,15 +50,16 @@ class PathsError(ValueError):
     """Bad input: one line, exit 2."""
 
 
-def _version_key(path: Path) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", path.stem))
-
-
-def newest_census(directory: Path = CENSUS_DIR) -> Path:
-    found = sorted(directory.glob("vllm-*.jsonl"), key=_version_key)
-    if not found:
-        raise PathsError(f"no census in {directory} (golden/census/vllm-<version>.jsonl: python -m moegate.census)")
-    return found[-1]
+def newest_census(golden_dir: Path | None = None) -> Path:
+    """The census room's newest committed golden (``moegate.census.watch.newest_golden``: the release under review,
+    as ``moegate census paths`` and ``moegate buildkite`` take it); ``PathsError`` when there is none."""
+    try:
+        return newest_golden(golden_dir)
+    except FileNotFoundError:
+        folder = (golden_dir or golden_files.GOLDEN_DIR) / CENSUS_FOLDER
+        raise PathsError(
+            f"no census in {folder} (golden/census/vllm-<version>.jsonl: python -m moegate.census)"
+        ) from None
 
 
 def generate(census: Path) -> list[str]:
