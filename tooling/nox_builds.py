@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from moegate.builds.wheels import NotAVllmWheel, vllm_wheel
+from moegate.e2e.gsm8k_files import gsm8k_dir
 from tooling.nox_envs import BASE_VLLM, PROJECT_DEPS, RELEASES, ROOT, Session, locked, shared_env
 from tooling.serving import UVA_EXPERTS, base_args, cpu_server_env, on_gpu
 
@@ -104,7 +105,7 @@ def tiny_model(session: Session, python: str) -> Path:
     out = ROOT / ".nox" / "_models" / "tiny-e2e"
     with locked(out):  # the lanes of `nox -s tests` may ask for it at once
         if not (out / "moegate_tiny_model.json").exists():
-            data = os.environ.get("MOEGATE_GSM8K_DIR", str(ROOT.parent / "shared" / "data" / "gsm8k"))
+            data = gsm8k_dir()  # MOEGATE_GSM8K_DIR (.ci/run sets it), else moegate fetch-gsm8k's folder
             session.run(
                 python, "-m", "moegate.model.tiny_model", str(out), "--preset", "e2e",
                 "--tokenizer-data", f"{data}/train.jsonl", "--overwrite", external=True,

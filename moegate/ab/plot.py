@@ -3,16 +3,10 @@ decode time a token (the one the verdict judges): geometric mean, each start as 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from pathlib import Path
 
 from moegate.ab.plan import Run
-from moegate.ab.verdict import IMPROVED, REGRESSED, Verdict
-
-
-def geomean(xs: Sequence[float]) -> float:
-    return math.exp(math.fsum(math.log(x) for x in xs) / len(xs))
+from moegate.ab.verdict import IMPROVED, REGRESSED, Verdict, geomean
 
 
 def plot(run: Run, verdict: Verdict, path: Path) -> Path:

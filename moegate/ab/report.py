@@ -16,7 +16,7 @@ from pathlib import Path
 from moegate.ab.evidence import TrafficModel
 from moegate.ab.latency import start_decode
 from moegate.ab.plan import Run
-from moegate.ab.plot import geomean, plot
+from moegate.ab.plot import plot
 from moegate.ab.stalls import Outlier, outliers
 from moegate.ab.verdict import (
     DEFAULT_GATE_THRESHOLD,
@@ -28,6 +28,7 @@ from moegate.ab.verdict import (
     UNRESOLVED,
     LevelVerdict,
     Verdict,
+    geomean,
     judge,
     rule_text,
 )

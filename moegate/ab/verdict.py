@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -101,7 +102,7 @@ class LevelVerdict:
     def tok_s_change(self) -> float | None:
         if not self.base_tok_s or not self.pr_tok_s:
             return None
-        return _geomean(self.pr_tok_s) / _geomean(self.base_tok_s) - 1.0
+        return geomean(self.pr_tok_s) / geomean(self.base_tok_s) - 1.0
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,8 @@ def _exp(x: float) -> float:
     return math.exp(max(-_LOG_MAX, min(x, _LOG_MAX)))
 
 
-def _geomean(xs: tuple[float, ...] | list[float]) -> float:
+def geomean(xs: Sequence[float]) -> float:
+    """The geometric mean (of throughputs: the A/B's summary of a build's starts)."""
     return math.exp(math.fsum(math.log(x) for x in xs) / len(xs))
 
 

@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 
 from moegate.core.hashing import sha256_file
-from moegate.e2e.gsm8k_files import GSM8K_SHA256
+from moegate.e2e.gsm8k_files import GSM8K_SHA256, gsm8k_dir
 from moegate.paths import GSM8K_CACHE_DIR
 
 SOURCE = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data"
@@ -35,8 +35,8 @@ class FetchError(RuntimeError):
 
 
 def default_dir() -> Path:
-    given = os.environ.get("MOEGATE_GSM8K_DIR", "").strip()
-    return Path(given or DEFAULT_DIR).expanduser()
+    """Where the gate looks for GSM8K (``moegate.e2e.gsm8k_files.gsm8k_dir``): ``MOEGATE_GSM8K_DIR``, else the cache."""
+    return gsm8k_dir()
 
 
 def _download(url: str, dest: Path, timeout: float) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.e2e import gsm8k_files
-from moegate.paths import ENVS_DIR
+from moegate.paths import ENVS_DIR, GSM8K_ENV
 
 LM_EVAL_VERSION = "0.4.13"
 """The release the task settings, the command line and the samples parser are written for."""
@@ -47,7 +47,7 @@ CHECKSUMS = gsm8k_files.GSM8K_SHA256
 """The data set's own checksums (``moegate/e2e/gsm8k_files.py`` keeps them, with their source)."""
 
 
-DATA_ENV = "MOEGATE_GSM8K_DIR"
+DATA_ENV = GSM8K_ENV
 
 
 EVAL_PYTHON_ENV = "MOEGATE_EVAL_PYTHON"
