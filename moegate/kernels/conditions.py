@@ -65,10 +65,6 @@ def _has_tail(case: MoECase, block_k: tuple[int, int]) -> bool:
     return bool((first and case.hidden % first) or (second and case.intermediate % second))
 
 
-def _reference(case: MoECase, t: CaseTensors, without: frozenset[str], block_k: tuple[int, int] | None) -> Reference:
-    return reference_for(case, t, without, block_k)
-
-
 def _index_boundary_matters(case: MoECase, t: CaseTensors) -> bool:
     """Without the 64-bit row index the tokens past the boundary are written elsewhere: does any of them have an
     output the tolerance can tell from nothing? Only those tokens are computed (a call there holds 262,144)."""
@@ -82,7 +78,7 @@ def _index_boundary_matters(case: MoECase, t: CaseTensors) -> bool:
         topk_weights=t.topk_weights[first_bad:],
         topk_ids=t.topk_ids[first_bad:],
     )
-    ref = _reference(case, past, frozenset(), None)
+    ref = reference_for(case, past, frozenset(), None)
     return not compare(torch.zeros_like(ref.output), ref, torch_dtype(case.dtype), case.quant, case.activation).ok
 
 
@@ -97,9 +93,9 @@ def mattered(
         out[INDEX_BOUNDARY] = _index_boundary_matters(case, t)
     others = [c for c in conditions if c != INDEX_BOUNDARY]
     if others:
-        ref = ref if ref is not None else _reference(case, t, frozenset(), block_k)
+        ref = ref if ref is not None else reference_for(case, t, frozenset(), block_k)
         for name in others:
-            without = _reference(case, t, frozenset({name}), block_k)
+            without = reference_for(case, t, frozenset({name}), block_k)
             out[name] = not compare(without.output, ref, dtype, case.quant, case.activation).ok
     return out
 

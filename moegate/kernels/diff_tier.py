@@ -45,7 +45,7 @@ from moegate.core.case import ENTRYPOINTS, MoECase
 from moegate.core.golden_files import atomic_write
 from moegate.kernels.differential import MIN_RATIO, PROMISES, NotComparable, Outcome, Verdict, judge, outcome
 from moegate.kernels.interpreters import InterpreterError
-from moegate.kernels.paired import ALPHA
+from moegate.kernels.paired import ALPHA, is_worse
 from moegate.kernels.resources import triton_cache_dir
 from moegate.kernels.runner import DiffRunner, Runner
 from moegate.kernels.sweep import draw_cases
@@ -266,7 +266,7 @@ def _one_case(opts: argparse.Namespace, r: Runs) -> int:
         print(f"{PREFIX}: the case did not run in both builds", file=sys.stderr)
         return 2
     o = found[0]
-    worse = o.pr_error > MIN_RATIO * o.base_error
+    worse = is_worse(o.base_error, o.pr_error, MIN_RATIO)  # judge's rule, NaN included
     line = {
         "entrypoint": o.entrypoint, "group": o.group, "nondeterministic": o.path, "identical": o.identical,
         "max_abs_diff": o.max_abs_diff, "base_error": o.base_error, "pr_error": o.pr_error, "problem": o.problem,

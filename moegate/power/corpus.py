@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import hashlib
 import json
 import os
 import tomllib
@@ -28,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from moegate.core.hashing import text_sha256
 from moegate.paths import ROOT
 from moegate.power.errors import PowerError
 
@@ -77,7 +77,7 @@ class Bug:
         """sha256 of the re-plant (its edits): a run's result holds it, so a page can tell a result the corpus
         has since re-planted differently."""
         text = json.dumps([dataclasses.astuple(e) for e in self.edits])
-        return hashlib.sha256(text.encode()).hexdigest()
+        return text_sha256(text)
 
 
 def _text(entry: Mapping[str, object], key: str, where: str, *, required: bool = True) -> str:

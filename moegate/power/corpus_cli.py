@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from moegate.builds.planted import BuildError, make_build
+from moegate.core.golden_files import atomic_write
 from moegate.power.corpus import CORPUS, CorpusError, load, replant, select
 from moegate.power.corpus_report import load_summary, passed, render
-from moegate.power.corpus_rescan import rescan
+from moegate.power.corpus_rescan import corpus_of, rescan
 from moegate.power.corpus_run import Plan, run
 from moegate.power.errors import PowerError
 from moegate.power.run import probe_package_dir
@@ -123,9 +124,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.out is None:
         print(page)
     else:
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(args.out)
+        atomic_write(args.out, page)
     return 0 if passed(summaries, bugs) else 1
 
 
@@ -135,7 +134,7 @@ def _rescan(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError) as exc:
         raise PowerError(f"{args.run}: not a corpus run's folder ({exc})") from None
     print((args.run / "summary.md").read_text(encoding="utf-8"))
-    return 0 if passed([summary], load(CORPUS)) else 1
+    return 0 if passed([summary], corpus_of(summary)) else 1
 
 
 def _term(signum: int, _frame: Any) -> None:

@@ -19,16 +19,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from moegate.core.golden_files import atomic_write
 from moegate.paths import ROOT
-from moegate.power.corpus import load
+from moegate.power.corpus import Bug, load
 from moegate.power.corpus_report import load_summary, render
 from moegate.power.corpus_run import read_junit, verdict_line
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+def corpus_of(summary: dict[str, Any]) -> tuple[Bug, ...]:
+    """The bugs of the corpus file a run was made from (its ``corpus``, relative to the checkout)."""
+    corpus = Path(summary["corpus"])
+    return load(corpus if corpus.is_absolute() else ROOT / corpus)
 
 
 def rescan(out: Path, project_rev: str | None = None) -> dict[str, Any]:
@@ -46,12 +47,11 @@ def rescan(out: Path, project_rev: str | None = None) -> dict[str, Any]:
             result.update(tests=tests, failures=[asdict(f) for f in failures], skips=skips)
         if result.get("exit_code") not in (0, 2):
             result["error"] = verdict_line(folder / "gate.log")
-        _write(folder / "result.json", json.dumps(result, indent=1) + "\n")
+        atomic_write(folder / "result.json", json.dumps(result, indent=1) + "\n")
     if project_rev:
         summary["project_rev"] = project_rev
     summary["rescanned"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    corpus = Path(summary["corpus"])
-    bugs = load(corpus if corpus.is_absolute() else ROOT / corpus)
-    _write(out / "summary.json", json.dumps(summary, indent=1) + "\n")
-    _write(out / "summary.md", render([summary], bugs))
+    bugs = corpus_of(summary)
+    atomic_write(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    atomic_write(out / "summary.md", render([summary], bugs))
     return summary

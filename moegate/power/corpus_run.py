@@ -37,6 +37,7 @@ from typing import Any
 
 from moegate.builds.planted import BuildError, make_build
 from moegate.core.faults import EXIT_STATUS
+from moegate.core.golden_files import atomic_write
 from moegate.core.hashing import sha256_file
 from moegate.paths import ROOT
 from moegate.power.corpus import CORPUS, Bug, CorpusError, plant
@@ -112,7 +113,9 @@ def gate_command(
         if base_python is None:
             raise CorpusError(f"--tiers {tiers}: the diff tier needs the baseline's build as its base")
         cmd += [f"--base-python={base_python}"]
-    cmd += [f"--label={label}", f"--junit={junit}", "--", "-q", "-p", "no:cacheprovider"]
+    folder = junit.parent  # the bug's own: gates side by side must not write one reports/ page
+    cmd += [f"--label={label}", f"--junit={junit}", f"--page={folder / 'gate.md'}"]
+    cmd += [f"--diff-json={folder / 'diff.json'}", "--", "-q", "-p", "no:cacheprovider"]
     return cmd if full else [*cmd, "-p", STOP_PLUGIN]
 
 
@@ -269,13 +272,6 @@ def verdict_line(log: Path) -> str:
     return next((ln.strip() for ln in reversed(lines) if ln.startswith(VERDICT_PREFIXES)), "no verdict line in the log")
 
 
-def _write(path: Path, text: str) -> None:
-    """Whole or not at all: a temp file beside ``path``, renamed over it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def _rev() -> str:
     proc = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -331,7 +327,7 @@ def run(
                         name = running.pop(fut)
                         res = fut.result()
                         results[name] = res
-                        _write(plan.out / name / "result.json", json.dumps(asdict(res), indent=1) + "\n")
+                        atomic_write(plan.out / name / "result.json", json.dumps(asdict(res), indent=1) + "\n")
                         log(f"corpus: {name}: {_one_line(res)} in {res.wall_s:.0f} s")
             except BaseException:
                 runner.stop_all()
@@ -352,8 +348,8 @@ def run(
             "corpus_sha256": corpus_sha256,
             "results": [asdict(results[n]) for n in order if n in results],
         }
-        _write(plan.out / "summary.json", json.dumps(summary, indent=1) + "\n")
-        _write(plan.out / "summary.md", render([summary], bugs))
+        atomic_write(plan.out / "summary.json", json.dumps(summary, indent=1) + "\n")
+        atomic_write(plan.out / "summary.md", render([summary], bugs))
         return summary
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from moegate.census import census
+from moegate.core.golden_files import atomic_write
 from moegate.paths import REPORTS_DIR, RESULTS_DIR
 from moegate.reach import branches, evaluate, reasons, report
 from moegate.reach.layout import LayoutError, read
@@ -111,7 +112,7 @@ def report_main(argv: list[str]) -> int:
         print(f"reach: {md} and {js} are up to date ({verdict})")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    report.write(md, page)
+    atomic_write(md, page)
     report.write_bytes(js, lzma.compress(data.encode(), preset=9))
     print(f"reach: wrote {md} and {js} ({verdict})")
     return 0

@@ -231,13 +231,6 @@ def _branch_json(reached: bool, rows: list[tuple[int, int, bool, Any]]) -> dict[
     return {"reached": False, "untaken": dict(Counter(str(r.index) if r else "none" for *_, r in rows))}
 
 
-def write(path: Path, text: str) -> None:
-    """Write whole or not at all."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def write_bytes(path: Path, data: bytes) -> None:
     """Write whole or not at all."""
     tmp = path.with_name(path.name + ".tmp")

@@ -286,6 +286,8 @@ def test_the_diff_tier_gates_each_bug_against_the_baseline_build(tmp_path: Path)
         "/b/bug/bin/python", "dispatch,kernels,diff", tmp_path / "g.xml", "x", False, "/b/base"
     )
     assert "--base-python=/b/base" in cmd and cmd.index("--base-python=/b/base") < cmd.index("--")
+    # each gate's page and diff report beside its JUnit: gates side by side must not overwrite one another's
+    assert {f"--page={tmp_path / 'gate.md'}", f"--diff-json={tmp_path / 'diff.json'}"} <= set(cmd[: cmd.index("--")])
     assert not any(
         a.startswith("--base-python") for a in corpus_run.gate_command("/p", "dispatch", tmp_path, "x", False)
     )
