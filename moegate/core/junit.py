@@ -69,10 +69,12 @@ def failed(path: Path) -> list[Failed]:
             bad = case.find("error")
         if bad is None:
             continue
-        parts = case.get("classname", "").split(".")
-        cls = [parts.pop()] if len(parts) > 1 and parts[-1].startswith("Test") else []  # pytest's Test* classes
-        nodeid = "::".join(
-            [f"{'/'.join(parts)}.py", *cls, case.get("name", "")] if parts[0] else [case.get("name", "")]
-        )
-        out.append(Failed(nodeid, (bad.get("message") or "").strip(), (bad.text or "").strip()))
+        out.append(Failed(nodeid(case), (bad.get("message") or "").strip(), (bad.text or "").strip()))
     return out
+
+
+def nodeid(case: ET.Element) -> str:
+    """A JUnit testcase's id as pytest prints it (``tests/x/test_y.py::TestZ::test_w[p]``), from its classname."""
+    parts = case.get("classname", "").split(".")
+    cls = [parts.pop()] if len(parts) > 1 and parts[-1].startswith("Test") else []  # pytest's Test* classes
+    return "::".join([f"{'/'.join(parts)}.py", *cls, case.get("name", "")] if parts[0] else [case.get("name", "")])

@@ -36,13 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from moegate.builds.planted import BuildError, make_build
+from moegate.core import junit
 from moegate.core.faults import EXIT_STATUS
 from moegate.core.golden_files import atomic_write
 from moegate.core.hashing import sha256_file
 from moegate.paths import ROOT
 from moegate.power.corpus import CORPUS, Bug, CorpusError, plant
 from moegate.power.corpus_report import render
-from moegate.power.corpus_stop import is_review, junit_nodeid
+from moegate.power.corpus_stop import is_review
 from moegate.power.overlay import clean_stale_workdirs, make_workdir
 from moegate.power.run import probe_package_dir
 from moegate.serve.processes import stop_group
@@ -91,7 +92,7 @@ def read_junit(path: Path) -> tuple[int, list[Failure], list[str]]:
     tests, failures, skips = 0, [], []
     for case in root.iter("testcase"):
         tests += 1
-        nodeid = junit_nodeid(case.get("classname", ""), case.get("name", ""))
+        nodeid = junit.nodeid(case)
         bad = case.find("failure") if case.find("failure") is not None else case.find("error")
         if bad is not None:
             first = ((bad.get("message") or bad.text or "").strip().splitlines() or [""])[0]

@@ -53,11 +53,6 @@ def is_review(nodeid: str) -> bool:
     return nodeid.startswith(REVIEW_TESTS)
 
 
-def junit_nodeid(classname: str, name: str) -> str:
-    """The pytest node id of a JUnit testcase (a classname such as ``tests.kernels.test_kernel_census`` + ``test_biases[p]``)."""
-    return classname.replace(".", "/") + ".py::" + name
-
-
 _SESSION: list[Any] = []
 
 

@@ -442,3 +442,14 @@ def test_a_rescan_reads_each_gate_again_from_its_log_and_junit_and_says_so_on_th
     assert json.loads((tmp_path / "b" / "result.json").read_text()) == again
     assert out["project_rev"] == "abc1234" and out["results"][1]["exit_code"] == 1  # what ran is not changed
     assert "Read again from each gate's log and JUnit report" in (tmp_path / "summary.md").read_text()
+
+
+def test_a_failing_test_in_a_test_class_keeps_pytests_node_id(tmp_path: Path) -> None:
+    """The corpus reads ids as the gate's page does (moegate.core.junit.nodeid): a kill in a ``Test*`` class, and
+    the baseline's same failure, must be the same id for "not judged" to see it."""
+    path = tmp_path / "gate.xml"
+    path.write_text(
+        '<testsuites><testsuite><testcase classname="tests.kernels.test_k.TestBias" name="test_a[p]">'
+        '<failure message="off">tb</failure></testcase></testsuite></testsuites>'
+    )
+    assert [f.nodeid for f in read_junit(path)[1]] == ["tests/kernels/test_k.py::TestBias::test_a[p]"]
