@@ -13,6 +13,7 @@ base's does not than a fair coin gives, one-sided exact sign test at ``ALPHA_REP
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 import numpy as np
 
@@ -69,6 +70,13 @@ def _mean_change(first: Sequence[Completion], again: Sequence[Completion]) -> fl
     return float(np.concatenate(changes).mean()) if changes else 0.0
 
 
+def repeat_p(pr_parts: AbstractSet[str], base_parts: AbstractSet[str]) -> float:
+    """The sign test's p that the PR's repeat parts from its pass on more prompts than the base's does: the prompts
+    only the PR's parts on against those only the base's does (prompts both part on say nothing)."""
+    only_pr, only_base = len(pr_parts - base_parts), len(base_parts - pr_parts)
+    return stats.sign_test_greater(only_pr, only_pr + only_base)
+
+
 def repeat_result(base: BuildRun, pr: BuildRun, c: int) -> GateResult:
     """The PR's repeat against the base's at ``c`` in flight: FAIL when the PR parts from itself on more prompts
     where the base does not than the sign test allows at ``ALPHA_REPEAT`` (derived there)."""
@@ -78,7 +86,7 @@ def repeat_result(base: BuildRun, pr: BuildRun, c: int) -> GateResult:
     pr_parts = parted(pr.greedy.get(c, []), pr.repeat.get(c, []))
     n = len(base.greedy.get(c, []))
     only_pr, only_base = sorted(pr_parts - base_parts), sorted(base_parts - pr_parts)
-    p = stats.sign_test_greater(len(only_pr), len(only_pr) + len(only_base))
+    p = repeat_p(pr_parts, base_parts)
     passed = p >= ALPHA_REPEAT
     m_base = _mean_change(base.greedy.get(c, []), base.repeat.get(c, []))
     m_pr = _mean_change(pr.greedy.get(c, []), pr.repeat.get(c, []))

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from moegate.e2e import run_data as e2e
-from moegate.e2e import stats
 from moegate.e2e.greedy_passes import Completion
 from moegate.e2e.rules import identical, judge, noise, repeats
 from moegate.e2e.teacher_forced import Composition, Scored, TokenSeq
@@ -139,9 +138,8 @@ def test_same_build_pairs_trip_the_repeat_row_at_most_at_its_level():
     for rate in (0.05, 0.25):
         fails = 0
         for _ in range(2000):
-            b, p = rng.random(64) < rate, rng.random(64) < rate
-            only_pr, only_base = int((p & ~b).sum()), int((b & ~p).sum())
-            fails += stats.sign_test_greater(only_pr, only_pr + only_base) < repeats.ALPHA_REPEAT
+            b, p = np.flatnonzero(rng.random(64) < rate), np.flatnonzero(rng.random(64) < rate)
+            fails += repeats.repeat_p({f"p{i}" for i in p}, {f"p{i}" for i in b}) < repeats.ALPHA_REPEAT
         assert fails / 2000 <= repeats.ALPHA_REPEAT, (rate, fails)
 
 
