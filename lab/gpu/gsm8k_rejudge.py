@@ -14,7 +14,6 @@ import json
 import sys
 from pathlib import Path
 
-from moegate.e2e import stats
 from moegate.e2e.rules import gsm8k as gsm8k_rule
 from moegate.e2e.rules import noise
 from moegate.e2e.run_data import read_raw, read_scores
@@ -28,7 +27,7 @@ def main(argv: list[str]) -> int:
     data = read_scores(run)
     assert data is not None
     greedy_1 = {lab: read_raw(run, lab).greedy[1] for lab in data.labels}
-    m_w, m_d = stats.noise_max(data.seq_scores()), noise.decode_noise(data, greedy_1)
+    m_w, m_d = noise.within_max(data), noise.decode_noise(data, greedy_1)  # the base's, as tie_bound takes it
     before, after = noise.tie_bound(data), noise.gsm8k_tie_bound(data, greedy_1)
     print(
         f"M_w {m_w:.4f} nats, M_d {m_d:.4f} nats; tie bound 2 M_w = {before:.4f}, GSM8K's 2 max(M_w, M_d) = {after:.4f}"
