@@ -257,7 +257,7 @@ def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
     if not found.imports:
         line = f"build {label} ({python}): vLLM does not import: {found.error}"
         print(f"moegate gate: FAIL: {line}", file=sys.stderr)
-        asked = parse_tiers(opts.tiers, cuda=False) if opts.tiers else ["dispatch"]
+        asked = parse_tiers(opts.tiers, cuda=False)  # None: the CPU default, dispatch
         leg = "kernels" if any(t in GPU_TIERS for t in asked) else "dispatch"
         _write_page(opts, Gate(leg, FAIL, label, python, asked, note=f"**FAIL**: {line}. No tier ran."))
         return 1
@@ -308,7 +308,7 @@ def run_gate(opts: argparse.Namespace, pytest_args: list[str]) -> int:
     parts = "; ".join(f"{r.name} {'ok' if r.verdict == PASS else r.verdict} ({_why(r)})" for r in runs)
     _say(f"{verdict}: {label}: {parts}")
     leg = "kernels" if gpu else "dispatch"
-    failing = list(failed_or_none(opts.junit)) if tests and runs[0].verdict != PASS else []
+    failing = failed_or_none(opts.junit) if tests and runs[0].verdict != PASS else []
     _write_page(opts, Gate(leg, verdict, label, python, tiers, runs, failing, opts.junit))
     return EXIT_STATUS[verdict]
 
