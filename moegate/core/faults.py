@@ -39,6 +39,7 @@ import re
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 PASS = "PASS"
 FAIL = "FAIL"
@@ -141,6 +142,11 @@ class Attempt:
     output: str = ""
     others: tuple[GpuProcess, ...] | None = None
 
+    @cached_property
+    def text(self) -> str:
+        """The output and every failure's text, joined once (the clauses each search it; it can run to megabytes)."""
+        return "\n".join([self.output, *(f.text for f in self.failures)])
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -153,10 +159,6 @@ class Outcome:
 
     def __str__(self) -> str:
         return f"{self.verdict}: {self.cause}"
-
-
-def _texts(a: Attempt) -> str:
-    return "\n".join([a.output, *(f.text for f in a.failures)])
 
 
 def _first_line(text: str, needle: str) -> str:
@@ -178,7 +180,7 @@ def passed(a: Attempt) -> Outcome | None:
 
 
 def hardware_xid(a: Attempt) -> Outcome | None:
-    for m in _XID.finditer(_texts(a)):
+    for m in _XID.finditer(a.text):
         code = int(m.group(1))
         if code in HARDWARE_XIDS:
             return Outcome(RUNNER_FAULT, f"driver error: Xid {code} ({HARDWARE_XIDS[code]})")
@@ -186,13 +188,13 @@ def hardware_xid(a: Attempt) -> Outcome | None:
 
 
 def kernel_fault(a: Attempt) -> Outcome | None:
-    text = _texts(a)
+    text = a.text
     hit = _found(text, KERNEL_FAULTS)
     return Outcome(FAIL, f"a kernel of the build faulted: {_first_line(text, hit)}") if hit else None
 
 
 def driver_error(a: Attempt) -> Outcome | None:
-    text = _texts(a)
+    text = a.text
     hit = _found(text, DRIVER_ERRORS)
     return Outcome(RUNNER_FAULT, f"driver error: {_first_line(text, hit)}") if hit else None
 
@@ -201,8 +203,8 @@ def lost_runner(a: Attempt) -> Outcome | None:
     status = a.status if a.status < 0 else -(a.status - 128) if a.status > 128 else 0
     if status < 0 and -status in RUNNER_SIGNALS:
         return Outcome(RUNNER_FAULT, f"lost runner: the tier was killed by {RUNNER_SIGNALS[-status]}")
-    hit = _found(_texts(a), LOST_RUNNER)
-    return Outcome(RUNNER_FAULT, f"lost runner: {_first_line(_texts(a), hit)}") if hit else None
+    hit = _found(a.text, LOST_RUNNER)
+    return Outcome(RUNNER_FAULT, f"lost runner: {_first_line(a.text, hit)}") if hit else None
 
 
 def not_out_of_memory(a: Attempt) -> Outcome | None:
@@ -216,8 +218,8 @@ def not_out_of_memory(a: Attempt) -> Outcome | None:
 
 
 def _oom_line(a: Attempt) -> str:
-    m = OUT_OF_MEMORY.search(_texts(a))
-    return _first_line(_texts(a), m.group(0)) if m else "out of memory"
+    m = OUT_OF_MEMORY.search(a.text)
+    return _first_line(a.text, m.group(0)) if m else "out of memory"
 
 
 def oom_unknown_others(a: Attempt) -> Outcome | None:
@@ -239,7 +241,7 @@ def _mib(match: re.Match[str] | None) -> float | None:
 
 
 def oom_too_large_anyway(a: Attempt) -> Outcome | None:
-    text = _texts(a)
+    text = a.text
     tried = max((float(m.group(1)) * _UNITS[m.group(2)] for m in _TRIED.finditer(text)), default=None)
     free = _mib(_FREE.search(text))
     held = sum(p.used_mib for p in a.others or ())
