@@ -13,6 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from moegate.core.golden_files import atomic_write
 from tooling import nox_builds as builds
 from tooling import nox_envs as envs
 from tooling import serving
@@ -97,9 +98,8 @@ def leg_builds(session: Session, opts: dict[str, str]) -> dict[str, object]:
 
 
 def write_json(path: Path, found: dict[str, object]) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(found, indent=1) + "\n"
-    path.write_text(text)
+    atomic_write(path, text)
     return text
 
 

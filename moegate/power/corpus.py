@@ -30,6 +30,7 @@ from pathlib import Path
 from moegate.core.hashing import text_sha256
 from moegate.paths import ROOT
 from moegate.power.errors import PowerError
+from moegate.power.regions import find_function
 
 CORPUS = ROOT / "power" / "real-bugs.toml"
 TIERS = ("dispatch", "kernels", "diff")
@@ -162,23 +163,11 @@ def select(bugs: Sequence[Bug], only: Sequence[str]) -> tuple[Bug, ...]:
 
 
 def scope_span(source: str, scope: str) -> tuple[int, int]:
-    """Character offsets [start, end) of function ``scope``'s source (``func`` or ``Class.method``, top level)."""
-    tree = ast.parse(source)
-    body: list[ast.stmt] = tree.body
-    node: ast.AST | None = None
-    for part in scope.split("."):
-        node = next(
-            (
-                n
-                for n in body
-                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name == part
-            ),
-            None,
-        )
-        if node is None:
-            raise LookupError(scope)
-        body = node.body
-    assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    """Character offsets [start, end) of function ``scope``'s source (``func`` or ``Class.method``, top level:
+    ``moegate.power.regions.find_function``, as the mutation regions find theirs)."""
+    node = find_function(ast.parse(source), scope)
+    if node is None:
+        raise LookupError(scope)
     starts = [0]
     for line in source.splitlines(keepends=True):
         starts.append(starts[-1] + len(line))
