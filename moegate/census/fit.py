@@ -23,6 +23,7 @@ import argparse
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -92,9 +93,10 @@ def check_names(fit: Fit, modules: dict[str, ModuleType]) -> None:
     fit.checked.append(f"{len(present)} names, {len(set(launchers))} launchers")
 
 
-def check_census(fit: Fit) -> None:
+def check_census(fit: Fit, take: Callable[[], census.Census] | None = None) -> None:
+    """The census reads this vLLM (``take``: the census of it, default taken here) and finds its builder and sites."""
     try:
-        records = census.take(locate()).records
+        records = (take or (lambda: census.take(locate())))().records
     except CensusError as exc:
         fit.moved.append(f"the census cannot read this vLLM: {exc}")
         return
@@ -109,12 +111,13 @@ def check_census(fit: Fit) -> None:
     fit.checked.append(f"census: {kinds.count('layer')} layers, {kinds.count('site')} sites")
 
 
-def probe() -> Fit:
+def probe(take: Callable[[], census.Census] | None = None) -> Fit:
+    """Whether moegate fits the installed vLLM; ``take`` gives its census where the caller holds one already."""
     fit = Fit()
     modules = check_imports(fit)
     if modules:
         check_names(fit, modules)
-        check_census(fit)
+        check_census(fit, take)
     return fit
 
 

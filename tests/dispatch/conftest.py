@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from moegate.census import census
+from moegate.census.source import locate
+
 LAST = ("test_census.py", "test_census_bad_input.py", "test_dispatch_sites.py", "test_fit.py")
 
 
@@ -20,3 +23,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ordered = [item for item in mine if item.path.name not in LAST] + [item for item in mine if item.path.name in LAST]
     for i, item in zip(here, ordered):
         items[i] = item
+
+
+@pytest.fixture(scope="session")
+def installed() -> tuple[str, census.Census]:
+    """The installed vLLM's release and census, taken once a session (several seconds: every test that reads it)."""
+    src = locate()
+    return src.version, census.take(src)

@@ -18,14 +18,7 @@ import json
 import pytest
 
 from moegate.census import census, sites
-from moegate.census.source import locate
 from moegate.core import golden_files
-
-
-@pytest.fixture(scope="module")
-def installed() -> tuple[str, census.Census]:
-    src = locate()
-    return src.version, census.take(src)
 
 
 def test_census_matches_the_reviewed_golden_of_the_installed_release(installed, bless):
