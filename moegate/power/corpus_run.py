@@ -163,10 +163,8 @@ class Plan:
 class Runner:
     """Runs a plan's gates; ``stop_all`` ends every gate still running (an interrupt, the budget)."""
 
-    def __init__(
-        self, plan: Plan, work: Path, package_dir: Path, log: Callable[[str], object], version: str = "?"
-    ) -> None:
-        self.plan, self.work, self.package_dir, self.log, self.version = plan, work, package_dir, log, version
+    def __init__(self, plan: Plan, work: Path, package_dir: Path, version: str = "?") -> None:
+        self.plan, self.work, self.package_dir, self.version = plan, work, package_dir, version
         self.t0 = time.monotonic()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
@@ -301,7 +299,7 @@ def run(
         device = _device(str(probe_build))
         log(f"corpus: vLLM {version} at {package_dir}, {device}; {len(bugs)} bugs, tiers {plan.tiers}, "
             f"{plan.jobs} at a time, budget {plan.budget_s:.0f} s")  # fmt: skip
-        runner = Runner(plan, work, package_dir, log, version)
+        runner = Runner(plan, work, package_dir, version)
         # the longest first: the baseline and the expected survivors run the whole gate, a kill stops at its test
         queue: list[Bug | None] = [None, *sorted(bugs, key=lambda b: b.expect != "survives")]
         running: dict[Future[GateResult], str] = {}

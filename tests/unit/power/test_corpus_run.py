@@ -242,7 +242,7 @@ def test_a_bugs_build_imports_vllm_from_its_overlay_and_the_installed_file_is_un
     (site / "vllm" / "pkg" / "__init__.py").write_text("")
     (site / "vllm" / "pkg" / "mod.py").write_text("def f():\n    return 'a'\n")
     plan = Plan(vllm_python=sys.executable, sites=(str(site),), tiers="dispatch", out=tmp_path / "out")
-    runner = Runner(plan, tmp_path / "work", site / "vllm", log=lambda _: None)
+    runner = Runner(plan, tmp_path / "work", site / "vllm")
     python, planted = runner.build(_bug("b"))
     code = "import vllm.pkg.mod as m; print(m.__file__); print(m.f())"
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path).stdout.split()
@@ -263,7 +263,7 @@ def test_the_baseline_runs_every_test_and_a_bug_stops_at_its_first_failure(tmp_p
     (site / "vllm" / "pkg" / "__init__.py").write_text("")
     (site / "vllm" / "pkg" / "mod.py").write_text("def f():\n    return 'a'\n")
     plan = Plan(vllm_python=sys.executable, sites=(str(site),), tiers="dispatch", out=tmp_path / "out", timeout_s=60)
-    runner = Runner(plan, tmp_path / "work", site / "vllm", log=lambda _: None)
+    runner = Runner(plan, tmp_path / "work", site / "vllm")
     for bug in (None, _bug("b")):
         runner.gate(bug)  # the stand-in vLLM fails the gate at once: only its command line matters here
     commands = {n: (tmp_path / "out" / n / "gate.log").read_text().splitlines()[0] for n in ("baseline", "b")}
@@ -349,7 +349,7 @@ class _ScriptedRunner(Runner):
 
     def __init__(self, tmp_path: Path, outcomes: dict[str, tuple[str, int]]) -> None:
         plan = Plan(vllm_python=sys.executable, sites=(), tiers="dispatch,kernels,diff", out=tmp_path / "out")
-        super().__init__(plan, tmp_path / "work", tmp_path, log=lambda _: None, version="0.33.0")
+        super().__init__(plan, tmp_path / "work", tmp_path, version="0.33.0")
         self.outcomes: dict[str, tuple[str, int]] = outcomes
         self.ran: list[str] = []
 
