@@ -67,9 +67,6 @@ from moegate.core.case import (
     Placement,
     Quant,
 )
-from moegate.kernels.wna16_blocks import (
-    MAX_VALID_TOKENS_PER_EXPERT as WNA16_CUDA_TOKENS_PER_EXPERT,  # at most this many pairs per expert: vLLM's legacy int4 calls take the CUDA kernel
-)
 from moegate.strategies import space
 from moegate.strategies.moe import SCHEME_FAMILIES, moe_cases, routings
 from moegate.strategies.moe import activations as moe_activations
@@ -309,6 +306,8 @@ WNA16_OFF_GRID_SHAPE = (8, 2880, 2880)
 """int4 at K 2880 (gpt-oss's hidden size, 22.5 x 128) in both GEMMs; group 64: 128 does not divide 2880, and at 32
 vLLM 0.33.0 picks BLOCK_SIZE_K 96, three groups, which its CUDA kernel rejects (a crash on a clean build)."""
 WNA16_OFF_GRID_GROUP = 64
+WNA16_CUDA_TOKENS_PER_EXPERT = 6  # at most this many pairs per expert: vLLM's legacy int4 calls take the CUDA kernel
+# (moegate.kernels.wna16_blocks.MAX_VALID_TOKENS_PER_EXPERT: strategies sit below kernels, a test holds them equal)
 
 
 @st.composite

@@ -74,7 +74,7 @@ def failed(path: Path) -> list[Failed]:
 
 
 def nodeid(case: ET.Element) -> str:
-    """A JUnit testcase's id as pytest prints it (``tests/x/test_y.py::TestZ::test_w[p]``), from its classname."""
+    """A JUnit testcase's id as pytest prints it (``tests/kernels/test_kernel_census.py::TestZ::test_w[p]``), from its classname."""
     parts = case.get("classname", "").split(".")
     cls = [parts.pop()] if len(parts) > 1 and parts[-1].startswith("Test") else []  # pytest's Test* classes
     return "::".join([f"{'/'.join(parts)}.py", *cls, case.get("name", "")] if parts[0] else [case.get("name", "")])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from moegate.kernels.wna16_blocks import ACCEPTED_RATIOS
+from moegate.kernels.wna16_blocks import ACCEPTED_RATIOS, MAX_VALID_TOKENS_PER_EXPERT
 from moegate.power.corpus import load, replant, scope_span, select
 from moegate.strategies import kernels as sk
 
@@ -59,3 +59,8 @@ def test_the_replant_picks_a_block_k_that_does_not_divide_k_for_the_kernel_tiers
         ("w13", 128),
         ("w2", 128),
     }
+
+
+def test_the_strategies_wna16_token_bound_is_the_kernel_choices_own() -> None:
+    """The strategies' copy of the bound (they sit below ``moegate.kernels`` and cannot import it) stays vLLM's."""
+    assert sk.WNA16_CUDA_TOKENS_PER_EXPERT == MAX_VALID_TOKENS_PER_EXPERT
